@@ -1,0 +1,54 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""CPU list strings as the kernel writes them ("0-3,8-11")."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+def parse_cpulist(text):
+    """Parse a kernel CPU list into a sorted list of CPU numbers; raise ValueError when malformed."""
+    text = (text or "").strip()
+    if not text:
+        return []
+    cpus = set()
+    for part in text.split(","):
+        match = _RANGE.match(part.strip())
+        if not match:
+            raise ValueError("malformed CPU list %r: %r is not N or N-M" % (text, part))
+        first = int(match.group(1))
+        last = int(match.group(2)) if match.group(2) is not None else first
+        if last < first:
+            raise ValueError("malformed CPU list %r: range %r runs backwards" % (text, part))
+        cpus.update(range(first, last + 1))
+    return sorted(cpus)
+
+
+def format_cpulist(cpus):
+    """Format CPU numbers as the shortest kernel CPU list ("0-3,8")."""
+    values = sorted({int(c) for c in cpus})
+    parts = []
+    start = prev = None
+    for cpu in values:
+        if start is None:
+            start = prev = cpu
+        elif cpu == prev + 1:
+            prev = cpu
+        else:
+            parts.append(str(start) if start == prev else "%d-%d" % (start, prev))
+            start = prev = cpu
+    if start is not None:
+        parts.append(str(start) if start == prev else "%d-%d" % (start, prev))
+    return ",".join(parts)
+
+
+def canonical_cpulist(text):
+    """Normalise a CPU list string ("3,0-2" -> "0-3")."""
+    return format_cpulist(parse_cpulist(text))

@@ -1,0 +1,605 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The settings engine: every change stacktune makes goes through here.
+
+One flow for every kind of setting:
+``normalize`` (validate everything before touching anything) -> ``observe`` (live and
+persisted state) -> plan -> write-ahead journal (originals and the pre-apply snapshot)
+-> write persistence units, then live values -> observe again -> per-setting status ->
+journal. ``verify`` observes only; ``restore`` puts the units and live values of a layer
+back to its pre-apply snapshot or to the pre-stacktune original.
+
+Per-setting status: ``ok`` (already as wanted), ``changed``, ``drift`` (verify: differs),
+``pending_reboot`` (persisted, takes effect at boot) or ``unsupported`` (with the reason,
+e.g. a read-only /proc/sys in a container: the value is persisted, not applied live).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+import datetime
+import os
+
+from ansible_collections.stacktune.gpu.plugins.module_utils import _fileops as fileops
+from ansible_collections.stacktune.gpu.plugins.module_utils._journal import new_entry
+from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import SpecError, Unsupported
+from ansible_collections.stacktune.gpu.plugins.module_utils._kind_cmdline import KernelArgKind
+from ansible_collections.stacktune.gpu.plugins.module_utils._kind_file import EnvVarKind, FileKind
+from ansible_collections.stacktune.gpu.plugins.module_utils._kind_irq import IrqAffinityKind
+from ansible_collections.stacktune.gpu.plugins.module_utils._kind_mount import MountKind
+from ansible_collections.stacktune.gpu.plugins.module_utils._kind_nvml import NvmlKind
+from ansible_collections.stacktune.gpu.plugins.module_utils._kind_sysctl import SysctlKind
+from ansible_collections.stacktune.gpu.plugins.module_utils._kind_sysfs import SysfsKind
+
+KINDS = {
+    k.name: k
+    for k in (
+        SysctlKind(),
+        SysfsKind(),
+        IrqAffinityKind(),
+        KernelArgKind(),
+        MountKind(),
+        FileKind(),
+        EnvVarKind(),
+        NvmlKind(),
+    )
+}
+ACTIVE_STATES = ("applying", "applied", "kept")
+
+
+def now():
+    return datetime.datetime.utcnow().replace(microsecond=0).isoformat() + "Z"
+
+
+def unit_key(unit):
+    if unit["type"] == "line":
+        return "line:%s:%s" % (unit["path"], unit["match"])
+    return "%s:%s" % (unit["type"], unit["path"])
+
+
+class Engine(object):
+    def __init__(self, ctx, journal, check_mode=False):
+        self.ctx = ctx
+        self.journal = journal
+        self.check_mode = check_mode
+        self.notes = []
+
+    # ------------------------------------------------------------------ normalise
+    def normalize(self, specs):
+        """Validate and expand requested settings. Raises SpecError naming the item."""
+        settings, unsupported, seen = [], [], set()
+        for index, spec in enumerate(specs or []):
+            if not isinstance(spec, dict):
+                raise SpecError("settings[%d] must be a dict, got %s" % (index, type(spec).__name__))
+            kind = KINDS.get(spec.get("kind"))
+            if kind is None:
+                raise SpecError(
+                    "settings[%d].kind %r is not one of %s" % (index, spec.get("kind"), ", ".join(sorted(KINDS)))
+                )
+            try:
+                expanded = kind.expand(spec, self.ctx)
+            except SpecError as exc:
+                raise SpecError("settings[%d] (%s %s): %s" % (index, spec.get("kind"), spec.get("key"), exc)) from None
+            except Unsupported as exc:
+                unsupported.append(
+                    {
+                        "id": "%s:%s" % (spec.get("kind"), spec.get("key")),
+                        "kind": spec.get("kind"),
+                        "key": spec.get("key"),
+                        "expected": spec.get("value"),
+                        "status": "unsupported",
+                        "reason": str(exc),
+                        "changed": False,
+                    }
+                )
+                continue
+            for s in expanded:
+                if s["id"] in seen:
+                    raise SpecError("settings[%d]: %s is requested twice" % (index, s["id"]))
+                seen.add(s["id"])
+                settings.append(s)
+        return settings, unsupported
+
+    def check_ownership(self, layer, settings):
+        """Refuse settings that another active layer already manages."""
+        ids = {s["id"] for s in settings}
+        for other in self.journal.layers():
+            if other == layer:
+                continue
+            entry = self.journal.load(other) or {}
+            if entry.get("state") not in ACTIVE_STATES:
+                continue
+            clash = ids.intersection(s["id"] for s in entry.get("settings", []))
+            if clash:
+                raise SpecError("%s already managed by layer %s" % (", ".join(sorted(clash)), other))
+
+    # ------------------------------------------------------------------ observe
+    def _unit(self, s):
+        kind = KINDS[s["kind"]]
+        try:
+            return kind.unit(s, self.ctx), None
+        except Unsupported as exc:
+            return None, str(exc)
+
+    def read_unit(self, unit):
+        """Current text of a unit (whole file, or the matching line) or None when absent."""
+        text = fileops.read_text(self.ctx.path(unit["path"]))
+        if unit["type"] != "line":
+            return text
+        kind = KINDS[unit["kind"]]
+        found = None
+        for line in (text or "").splitlines():
+            if kind.matches(line, unit["match"]):
+                found = line
+        return found
+
+    def snapshot_unit(self, unit):
+        if unit["type"] == "line":
+            return {
+                "type": "line",
+                "path": unit["path"],
+                "match": unit["match"],
+                "kind": unit["kind"],
+                "file_exists": os.path.exists(self.ctx.path(unit["path"])),
+                "line": self.read_unit(unit),
+            }
+        snap = fileops.snapshot_file(self.ctx.path(unit["path"]))
+        snap.update({"type": unit["type"], "path": unit["path"], "kind": unit["kind"]})
+        return snap
+
+    def observe(self, s):
+        """Live and persisted state of one setting."""
+        kind = KINDS[s["kind"]]
+        obs = {"live": None, "live_error": None, "writable": False, "why_not": None}
+        if getattr(kind, "unit_is_live", False):
+            unit, err = self._unit(s)
+            obs["persisted"] = kind.persisted(s, self.read_unit(unit)) if unit else None
+            obs["live"] = obs["persisted"]
+            obs["writable"] = unit is not None
+            obs["why_not"] = err
+            obs["unit"] = unit
+            return obs
+        try:
+            obs["live"] = kind.read_live(s, self.ctx)
+        except Unsupported as exc:
+            obs["live_error"] = str(exc)
+        if obs["live_error"] is None:
+            obs["writable"], obs["why_not"] = kind.live_writable(s, self.ctx)
+        else:
+            obs["why_not"] = obs["live_error"]
+        unit, err = self._unit(s)
+        obs["unit"] = unit
+        obs["unit_error"] = err
+        obs["persisted"] = kind.persisted(s, self.read_unit(unit)) if unit else None
+        return obs
+
+    # ------------------------------------------------------------------ units
+    def desired_units(self, settings, observations):
+        """Desired text of every unit the settings persist through, keyed by unit key."""
+        groups = {}
+        for s in settings:
+            unit = observations[s["id"]]["unit"]
+            if unit is None:
+                continue
+            key = unit_key(unit)
+            groups.setdefault(key, {"unit": unit, "settings": []})["settings"].append(s)
+        out = {}
+        for key, group in groups.items():
+            unit, members = group["unit"], group["settings"]
+            kind = KINDS[members[0]["kind"]]
+            if unit["type"] == "dropin":
+                text = kind.render(members, self.ctx.layer)
+            elif unit["type"] == "file":
+                text = members[0]["value"]
+            else:
+                text = kind.render_line(members, self.read_unit(unit))
+            out[key] = {"unit": unit, "text": text, "settings": [m["id"] for m in members]}
+        return out
+
+    def write_unit(self, unit, text):
+        path = self.ctx.path(unit["path"])
+        if unit["type"] == "dropin":
+            fileops.atomic_write(path, text.encode("utf-8"), 0o644)
+        elif unit["type"] == "file":
+            fileops.atomic_write(path, text.encode("utf-8"), int(unit.get("mode", "0644"), 8))
+        else:
+            self._write_line(unit, text)
+
+    def _write_line(self, unit, new_line):
+        """Replace the unit's line in its file (or append it; remove it when new_line is None)."""
+        path = self.ctx.path(unit["path"])
+        kind = KINDS[unit["kind"]]
+        snap = fileops.snapshot_file(path)
+        old = fileops.snapshot_text(snap) or ""
+        lines = old.splitlines()
+        idx = [i for i, line in enumerate(lines) if kind.matches(line, unit["match"])]
+        if new_line is None:
+            lines = [line for i, line in enumerate(lines) if i not in idx]
+        elif idx:
+            lines[idx[-1]] = new_line
+            lines = [line for i, line in enumerate(lines) if i not in idx[:-1]]
+        else:
+            lines.append(new_line)
+        data = ("\n".join(lines) + "\n") if lines else ""
+        if snap.get("exists"):
+            fileops.atomic_write(path, data.encode("utf-8"), int(snap["mode"], 8), snap["uid"], snap["gid"])
+        else:
+            fileops.atomic_write(path, data.encode("utf-8"), 0o644)
+
+    def restore_unit(self, snap):
+        """Put a unit back as snapshotted. Returns True when something changed."""
+        if snap["type"] == "line":
+            unit = {"type": "line", "path": snap["path"], "match": snap["match"], "kind": snap["kind"]}
+            if self.read_unit(unit) == snap["line"]:
+                return False
+            if not self.check_mode:
+                self._write_line(unit, snap["line"])
+                path = self.ctx.path(snap["path"])
+                if not snap["file_exists"] and not (fileops.read_text(path) or "").strip():
+                    fileops.remove(path)
+            return True
+        path = self.ctx.path(snap["path"])
+        if fileops.snapshot_file(path) == {k: v for k, v in snap.items() if k not in ("type", "path", "kind")}:
+            return False
+        if not self.check_mode:
+            fileops.restore_file(path, snap)
+        return True
+
+    # ------------------------------------------------------------------ status
+    @staticmethod
+    def status_of(s, obs, wrote=False, predicted=False):
+        """Derive a setting's status from an observation (after apply, or for verify)."""
+        kind = KINDS[s["kind"]]
+        want = s["value"]
+        live_ok = obs["live_error"] is None and kind.same(obs["live"], want) if not predicted else obs["live_ok"]
+        has_unit = obs["unit"] is not None
+        persisted_ok = (not has_unit) or kind.same(obs["persisted"], want)
+        if obs.get("unit_error") and not getattr(kind, "unit_is_live", False) and not kind.reboot:
+            persisted_ok = True  # nothing to persist to; the live part decides
+        reason = None
+        if kind.reboot:
+            if not has_unit:
+                status, reason = "unsupported", obs.get("unit_error")
+            elif not persisted_ok:
+                status = "drift"
+            elif not live_ok:
+                status, reason = "pending_reboot", "persisted; takes effect at the next boot"
+            else:
+                status = "changed" if wrote else "ok"
+        elif not live_ok and not obs["writable"]:
+            if has_unit and not persisted_ok:
+                status = "drift"
+            else:
+                status = "unsupported"
+                reason = obs["why_not"] or obs["live_error"]
+                if has_unit:
+                    reason = "persisted; live apply not possible here: %s" % reason
+        elif live_ok and persisted_ok:
+            status = "changed" if wrote else "ok"
+        else:
+            status = "drift"
+        return status, reason
+
+    @staticmethod
+    def result_row(s, obs, status, reason, wrote, before=None):
+        row = {
+            "id": s["id"],
+            "kind": s["kind"],
+            "key": s["key"],
+            "expected": s["value"],
+            "live": obs["live"],
+            "persisted": obs["persisted"] if obs["unit"] is not None else None,
+            "persisted_in": obs["unit"]["path"] if obs["unit"] is not None else None,
+            "status": status,
+            "reason": reason,
+            "changed": bool(wrote),
+        }
+        if before is not None:
+            row["live_before"] = before["live"]
+            row["persisted_before"] = before["persisted"] if before["unit"] is not None else None
+        return row
+
+    # ------------------------------------------------------------------ apply
+    def apply(self, specs, run_id, from_journal=False):
+        layer = self.ctx.layer
+        entry = self.journal.load(layer) or new_entry(layer)
+        if from_journal:
+            if entry["state"] not in ACTIVE_STATES:
+                return self._summary(
+                    "present", [], [], entry, note="layer %s is %s: nothing to apply" % (layer, entry["state"])
+                )
+            settings, unsupported = copy.deepcopy(entry["settings"]), []
+        else:
+            settings, unsupported = self.normalize(specs)
+            self.check_ownership(layer, settings)
+        new_ids = {s["id"] for s in settings}
+        previous = entry["settings"] if entry["state"] in ACTIVE_STATES else []
+        removed = [s for s in previous if s["id"] not in new_ids]
+
+        before = {s["id"]: self.observe(s) for s in settings}
+        units = self.desired_units(settings, before)
+        unit_changes = {k: u for k, u in units.items() if self.read_unit(u["unit"]) != u["text"]}
+        live_changes = [
+            s
+            for s in settings
+            if before[s["id"]]["writable"]
+            and not getattr(KINDS[s["kind"]], "unit_is_live", False)
+            and not KINDS[s["kind"]].same(before[s["id"]]["live"], s["value"])
+        ]
+        # units that only removed settings persisted through, and live values to put back
+        orphan_units = [
+            snap
+            for key, snap in entry["original"]["units"].items()
+            if key not in units and any(key == self._unit_key_of(s) for s in removed)
+        ]
+
+        rows = []
+        if self.check_mode:
+            for s in settings:
+                obs = before[s["id"]]
+                wrote = s in live_changes or any(s["id"] in u["settings"] for u in unit_changes.values())
+                pred = dict(obs)
+                pred["live_ok"] = (
+                    obs["live_error"] is None and KINDS[s["kind"]].same(obs["live"], s["value"])
+                ) or s in live_changes
+                if getattr(KINDS[s["kind"]], "unit_is_live", False) and obs["unit"] is not None:
+                    pred["live_ok"] = True
+                if obs["unit"] is not None:
+                    pred["persisted"] = s["value"]
+                status, reason = self.status_of(s, pred, wrote=wrote, predicted=True)
+                rows.append(self.result_row(s, obs, status, reason, wrote))
+            rows.extend(self._restore_removed(removed, entry, orphan_units))
+            return self._summary("present", rows, unsupported, entry)
+
+        # write-ahead: originals and the pre-apply snapshot, before any change
+        involved_units = {k: u["unit"] for k, u in units.items()}
+        for s in removed:
+            unit, _err = self._unit(s)
+            if unit is not None:
+                involved_units.setdefault(unit_key(unit), unit)
+        if entry["state"] != "applying" or not entry.get("snapshot"):
+            entry["snapshot"] = {
+                "state": entry["state"],
+                "settings": copy.deepcopy(previous),
+                "live": {},
+                "units": {},
+            }
+        snap = entry["snapshot"]
+        for s in settings + removed:
+            if s["id"] not in snap["live"]:
+                obs = before.get(s["id"]) or self.observe(s)
+                snap["live"][s["id"]] = obs["live"] if obs["live_error"] is None else None
+            if s["id"] not in entry["original"]["live"]:
+                entry["original"]["live"][s["id"]] = snap["live"][s["id"]]
+            entry["known"][s["id"]] = s
+        for key, unit in involved_units.items():
+            if key not in snap["units"]:
+                snap["units"][key] = self.snapshot_unit(unit)
+            if key not in entry["original"]["units"]:
+                entry["original"]["units"][key] = snap["units"][key]
+        entry["state"] = "applying"
+        entry["run_id"] = run_id
+        entry["pending"] = copy.deepcopy(settings)
+        self.journal.save(entry)
+
+        # persistence first, then live values
+        changed_kinds = {}
+        for key in sorted(unit_changes):
+            u = unit_changes[key]
+            self.write_unit(u["unit"], u["text"])
+            changed_kinds.setdefault(u["unit"]["kind"], []).append(key)
+        for kind_name, keys in sorted(changed_kinds.items()):
+            if kind_name in KINDS:
+                self.notes.extend(KINDS[kind_name].after_persist(self.ctx, keys))
+        refused = {}
+        for s in live_changes:
+            try:
+                KINDS[s["kind"]].write_live(s, s["value"], self.ctx)
+            except (OSError, IOError) as exc:
+                refused[s["id"]] = "the kernel refused the write: %s" % exc
+        rows.extend(self._restore_removed(removed, entry, orphan_units))
+
+        for s in settings:
+            obs = self.observe(s)
+            wrote = (s in live_changes and s["id"] not in refused) or any(
+                s["id"] in u["settings"] for u in unit_changes.values()
+            )
+            if s["id"] in refused:
+                obs["writable"], obs["why_not"] = False, refused[s["id"]]
+            status, reason = self.status_of(s, obs, wrote=wrote)
+            rows.append(self.result_row(s, obs, status, reason, wrote, before=before[s["id"]]))
+
+        entry["state"] = "applied"
+        entry["settings"] = settings
+        entry.pop("pending", None)
+        if not settings:
+            entry["original"] = {"live": {}, "units": {}}
+            entry["state"] = "restored"
+        changed_ids = [r["id"] for r in rows if r["changed"]]
+        entry["history"].append({"time": now(), "run_id": run_id, "action": "apply", "changed": changed_ids})
+        self.journal.save(entry)
+        self.journal.event({"time": now(), "run_id": run_id, "layer": layer, "action": "apply", "changed": changed_ids})
+        return self._summary("present", rows, unsupported, entry)
+
+    def _unit_key_of(self, s):
+        unit, _err = self._unit(s)
+        return unit_key(unit) if unit else None
+
+    def _restore_removed(self, removed, entry, orphan_units):
+        """Settings a layer no longer asks for go back to their original values."""
+        rows = []
+        for snap in orphan_units:
+            self.restore_unit(snap)
+        for s in removed:
+            original = entry["original"]["live"].get(s["id"])
+            obs = self.observe(s)
+            wrote = False
+            if original is not None and obs["writable"] and not KINDS[s["kind"]].same(obs["live"], original):
+                wrote = True
+                if not self.check_mode:
+                    KINDS[s["kind"]].write_live(s, original, self.ctx)
+            rows.append(
+                {
+                    "id": s["id"],
+                    "kind": s["kind"],
+                    "key": s["key"],
+                    "expected": original,
+                    "live": obs["live"],
+                    "persisted": None,
+                    "persisted_in": None,
+                    "status": "changed" if wrote else "ok",
+                    "reason": "no longer requested: restored",
+                    "changed": wrote,
+                }
+            )
+        return rows
+
+    # ------------------------------------------------------------------ verify
+    def verify(self, specs=None):
+        entry = self.journal.load(self.ctx.layer) or new_entry(self.ctx.layer)
+        if specs:
+            settings, unsupported = self.normalize(specs)
+        else:
+            settings = entry["settings"] if entry["state"] in ACTIVE_STATES else []
+            unsupported = []
+        rows = []
+        for s in settings:
+            obs = self.observe(s)
+            status, reason = self.status_of(s, obs)
+            rows.append(self.result_row(s, obs, status, reason, False))
+        return self._summary("verify", rows, unsupported, entry)
+
+    # ------------------------------------------------------------------ restore
+    def restore(self, to, run_id, decision=None):
+        layer = self.ctx.layer
+        entry = self.journal.load(layer)
+        if entry is None or entry["state"] in ("new", "restored", "rolled_back") and to == "snapshot":
+            return self._summary("restored", [], [], entry or new_entry(layer), note="nothing to restore")
+        target = entry["original"] if to == "original" else entry.get("snapshot")
+        if not target:
+            return self._summary("restored", [], [], entry, note="no snapshot to restore")
+        rows = []
+        changed_kinds = set()
+        for key in sorted(target["units"]):
+            snap = target["units"][key]
+            if self.restore_unit(snap):
+                changed_kinds.add(snap.get("kind"))
+                rows.append(
+                    {
+                        "id": key,
+                        "kind": "unit",
+                        "key": snap["path"],
+                        "status": "changed",
+                        "changed": True,
+                        "reason": "restored %s" % snap["path"],
+                        "expected": None,
+                        "live": None,
+                        "persisted": None,
+                    }
+                )
+        if not self.check_mode:
+            for kind_name in sorted(k for k in changed_kinds if k in KINDS):
+                self.notes.extend(KINDS[kind_name].after_persist(self.ctx, []))
+        for sid in sorted(target["live"]):
+            s = entry["known"].get(sid)
+            if s is None or getattr(KINDS[s["kind"]], "unit_is_live", False):
+                continue
+            original = target["live"][sid]
+            obs = self.observe(s)
+            kind = KINDS[s["kind"]]
+            wrote, status, reason = False, "ok", None
+            if original is None or kind.same(obs["live"], original):
+                status = "ok"
+            elif kind.reboot:
+                status, reason = "pending_reboot", "boot argument removed; takes effect at the next boot"
+            elif obs["writable"]:
+                wrote, status = True, "changed"
+                if not self.check_mode:
+                    try:
+                        kind.write_live(s, original, self.ctx)
+                    except (OSError, IOError) as exc:
+                        wrote, status, reason = False, "unsupported", "the kernel refused the write: %s" % exc
+            else:
+                status, reason = "unsupported", obs["why_not"]
+            rows.append(
+                {
+                    "id": sid,
+                    "kind": s["kind"],
+                    "key": s["key"],
+                    "expected": original,
+                    "live": obs["live"],
+                    "persisted": None,
+                    "status": status,
+                    "reason": reason,
+                    "changed": wrote,
+                }
+            )
+        if not self.check_mode:
+            if to == "original":
+                rejected = entry["settings"]
+                entry.update(
+                    {"state": "restored", "settings": [], "original": {"live": {}, "units": {}}, "snapshot": None}
+                )
+            else:
+                rejected = entry["settings"]
+                entry["settings"] = target["settings"]
+                entry["state"] = target["state"] if target["settings"] else "rolled_back"
+                if not target["settings"]:
+                    entry["original"] = {"live": {}, "units": {}}
+                entry["snapshot"] = None
+                entry["rejected"] = rejected
+            entry.pop("pending", None)
+            if decision is not None:
+                entry["decision"] = decision
+            changed_ids = [r["id"] for r in rows if r["changed"]]
+            record = {"time": now(), "run_id": run_id, "action": "restore_%s" % to, "changed": changed_ids}
+            if decision is not None:
+                record["decision"] = decision.get("decision")
+            entry["history"].append(record)
+            entry["run_id"] = run_id
+            self.journal.save(entry)
+            record["layer"] = layer
+            self.journal.event(record)
+        return self._summary("restored", rows, [], entry)
+
+    # ------------------------------------------------------------------ decisions
+    def keep(self, run_id, decision=None):
+        entry = self.journal.load(self.ctx.layer)
+        if entry is None or entry["state"] not in ("applied", "kept"):
+            raise SpecError("layer %s has no applied settings to keep" % self.ctx.layer)
+        changed = entry["state"] != "kept" or (decision is not None and entry.get("decision") != decision)
+        if changed and not self.check_mode:
+            entry["state"] = "kept"
+            entry["snapshot"] = None
+            if decision is not None:
+                entry["decision"] = decision
+            record = {"time": now(), "run_id": run_id, "action": "keep"}
+            if decision is not None:
+                record["decision"] = decision.get("decision")
+            entry["history"].append(record)
+            self.journal.save(entry)
+            record["layer"] = self.ctx.layer
+            self.journal.event(record)
+        return self._summary("kept", [], [], entry, changed=changed)
+
+    # ------------------------------------------------------------------ summary
+    def _summary(self, action, rows, unsupported, entry, note=None, changed=None):
+        rows = list(rows) + list(unsupported)
+        counts = {}
+        for r in rows:
+            counts[r["status"]] = counts.get(r["status"], 0) + 1
+        return {
+            "layer": self.ctx.layer,
+            "action": action,
+            "settings": rows,
+            "counts": counts,
+            "changed": any(r["changed"] for r in rows) if changed is None else changed,
+            "drift": [r["id"] for r in rows if r["status"] == "drift"],
+            "pending_reboot": [r["id"] for r in rows if r["status"] == "pending_reboot"],
+            "layer_state": entry["state"] if entry else None,
+            "notes": self.notes + ([note] if note else []),
+        }

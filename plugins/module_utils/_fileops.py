@@ -1,0 +1,144 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""File primitives of the settings engine: rooted paths, atomic writes, byte-exact snapshots."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import base64
+import errno
+import os
+import stat
+import tempfile
+
+
+def rooted(root, path):
+    """Map an absolute host path under an alternative root (``/`` means the host itself)."""
+    if not path.startswith("/"):
+        raise ValueError("path must be absolute: %s" % path)
+    if root in ("", "/"):
+        return path
+    return os.path.join(root, path.lstrip("/"))
+
+
+def read_text(path):
+    """Return the text of a file, or None when it does not exist or cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read().decode("utf-8", "replace")
+    except (IOError, OSError):
+        return None
+
+
+def writable(path):
+    """Tell whether a file can be written, and why not: (ok, reason)."""
+    if not os.path.exists(path):
+        return False, "%s does not exist" % path
+    if os.access(path, os.W_OK):
+        return True, None
+    try:
+        fd = os.open(path, os.O_WRONLY)
+        os.close(fd)
+        return True, None
+    except OSError as exc:
+        if exc.errno == errno.EROFS:
+            return False, "%s is on a read-only filesystem" % os.path.dirname(path)
+        return False, "%s is not writable: %s" % (path, os.strerror(exc.errno))
+
+
+def write_live(path, value):
+    """Write a value to a kernel interface file (/proc/sys, /sys, /proc/irq) in one write."""
+    data = value if value.endswith("\n") else value + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.write(fd, data.encode("utf-8"))
+    finally:
+        os.close(fd)
+
+
+def snapshot_file(path):
+    """Byte-exact snapshot of a file (content, mode, owner) or of its absence."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return {"exists": False}
+    with open(path, "rb") as handle:
+        data = handle.read()
+    return {
+        "exists": True,
+        "content_b64": base64.b64encode(data).decode("ascii"),
+        "mode": "%04o" % stat.S_IMODE(st.st_mode),
+        "uid": st.st_uid,
+        "gid": st.st_gid,
+    }
+
+
+def snapshot_text(snap):
+    """Text of a file snapshot, or None for an absent file."""
+    if not snap.get("exists"):
+        return None
+    return base64.b64decode(snap["content_b64"]).decode("utf-8", "replace")
+
+
+def atomic_write(path, data, mode=0o644, uid=0, gid=0):
+    """Write bytes to path through a temporary file in the same directory and a rename.
+
+    The directory is created (0755) when missing. The file is fsynced before the rename
+    and the directory after it, so a crash leaves either the old or the new content.
+    """
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        os.makedirs(directory, 0o755)
+    fd, tmp = tempfile.mkstemp(prefix=".stacktune-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        if os.geteuid() == 0:
+            os.chown(tmp, uid, gid)
+        os.rename(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    fsync_dir(directory)
+
+
+def fsync_dir(directory):
+    """Flush a directory entry change to disk (best effort on filesystems that refuse it)."""
+    try:
+        dfd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
+
+
+def remove(path):
+    """Remove a file if it exists; return True when something was removed."""
+    try:
+        os.unlink(path)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return False
+        raise
+    fsync_dir(os.path.dirname(path))
+    return True
+
+
+def restore_file(path, snap):
+    """Put a file back exactly as a snapshot recorded it (or remove it if it was absent)."""
+    if not snap.get("exists"):
+        return remove(path)
+    data = base64.b64decode(snap["content_b64"])
+    atomic_write(path, data, int(snap["mode"], 8), snap.get("uid", 0), snap.get("gid", 0))
+    return True

@@ -1,0 +1,134 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The on-host journal of the settings engine (/var/lib/stacktune by default).
+
+- ``layers/<layer>.json``: per layer, its state (applying, applied, kept, rolled_back,
+  restored), the settings it owns, the pre-stacktune ``original`` values and the
+  ``snapshot`` taken before its latest apply, plus a short history. Written before any
+  change (write-ahead) and again after, each time atomically.
+- ``events.jsonl``: an append-only log of every apply, restore and decision.
+- ``lock``: an advisory lock held while the engine works, so two runs never interleave.
+
+The directory is 0700 and every file 0600: the journal holds previous file contents.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import errno
+import fcntl
+import json
+import os
+import re
+import time
+
+from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import atomic_write, fsync_dir
+
+_LAYER = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+HISTORY_KEEP = 50
+
+
+class LockTimeout(Exception):
+    """Another stacktune run holds the journal lock."""
+
+
+def check_layer_name(layer):
+    if not _LAYER.match(layer or ""):
+        raise ValueError("layer name %r must be lower-case letters, digits and underscores" % (layer,))
+
+
+def new_entry(layer):
+    return {
+        "schema": 1,
+        "layer": layer,
+        "state": "new",
+        "run_id": None,
+        "settings": [],
+        "known": {},
+        "original": {"live": {}, "units": {}},
+        "snapshot": None,
+        "decision": None,
+        "history": [],
+    }
+
+
+class Journal(object):
+    def __init__(self, directory):
+        self.directory = directory
+        self._lock_fd = None
+
+    def _ensure(self):
+        for path in (self.directory, os.path.join(self.directory, "layers")):
+            if not os.path.isdir(path):
+                os.makedirs(path, 0o700)
+            os.chmod(path, 0o700)
+
+    def path(self, layer):
+        check_layer_name(layer)
+        return os.path.join(self.directory, "layers", "%s.json" % layer)
+
+    def lock(self, timeout):
+        """Take the journal lock, waiting up to timeout seconds."""
+        self._ensure()
+        fd = os.open(os.path.join(self.directory, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        deadline = time.time() + max(0, timeout)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except (IOError, OSError) as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    os.close(fd)
+                    raise
+                if time.time() >= deadline:
+                    os.close(fd)
+                    raise LockTimeout(
+                        "another stacktune run holds %s (waited %ss)" % (os.path.join(self.directory, "lock"), timeout)
+                    ) from None
+                time.sleep(0.2)
+        self._lock_fd = fd
+
+    def unlock(self):
+        if self._lock_fd is not None:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def load(self, layer):
+        try:
+            with open(self.path(layer)) as handle:
+                return json.load(handle)
+        except (IOError, OSError) as exc:
+            if exc.errno == errno.ENOENT:
+                return None
+            raise
+        except ValueError as exc:
+            raise ValueError("journal %s is corrupt: %s" % (self.path(layer), exc)) from None
+
+    def layers(self):
+        directory = os.path.join(self.directory, "layers")
+        if not os.path.isdir(directory):
+            return []
+        return sorted(name[:-5] for name in os.listdir(directory) if name.endswith(".json"))
+
+    def save(self, entry):
+        self._ensure()
+        entry["history"] = entry.get("history", [])[-HISTORY_KEEP:]
+        data = json.dumps(entry, indent=1, sort_keys=True).encode("utf-8")
+        atomic_write(self.path(entry["layer"]), data, mode=0o600)
+
+    def event(self, record):
+        self._ensure()
+        path = os.path.join(self.directory, "events.jsonl")
+        line = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.chmod(path, 0o600)
+        fsync_dir(self.directory)

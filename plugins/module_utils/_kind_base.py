@@ -1,0 +1,133 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The contract every kind of setting fulfils for the settings engine.
+
+A kind knows how to validate and expand a requested setting, read its live value,
+tell whether the live value can be written here, write it, and where its value is
+persisted. Persistence goes through *units* that the engine snapshots and restores
+byte for byte:
+
+- ``dropin``: a file owned by stacktune, one per layer and kind family
+  (e.g. /etc/sysctl.d/60-stacktune-kernel.conf), rendered from all settings in it;
+- ``line``: one line of a shared file (e.g. the /dev/shm line of /etc/fstab);
+- ``file``: a whole file whose content is the setting (e.g. /etc/nccl.conf).
+
+Kinds with no persistence (NVML settings) return no unit; drift runs re-apply them.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+
+from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import read_text, rooted, writable
+
+HEADER = "# Managed by stacktune (layer %s). Changes here are reported as drift and restored.\n"
+
+
+class SpecError(ValueError):
+    """A requested setting is invalid; the message names the offending field."""
+
+
+class Unsupported(Exception):
+    """The setting (or its live part) cannot be handled on this host; the message says why."""
+
+
+class Context(object):
+    """What a kind needs to know about the run: root, layer, command runner, NVML."""
+
+    def __init__(self, layer, root="/", run_command=None, nvml=None):
+        self.layer = layer
+        self.root = root or "/"
+        self.run_command = run_command
+        self._nvml = nvml
+
+    @property
+    def alternate_root(self):
+        return self.root != "/"
+
+    def path(self, host_path):
+        return rooted(self.root, host_path)
+
+    def nvml(self):
+        if self._nvml is None:
+            from ansible_collections.stacktune.gpu.plugins.module_utils._kind_nvml import NvmlSession
+
+            self._nvml = NvmlSession()
+        return self._nvml
+
+
+def norm_ws(value):
+    """Collapse whitespace the way the kernel prints multi-value settings."""
+    return " ".join(str(value).split())
+
+
+def setting(kind, key, value, **extra):
+    """Build a normalised setting dict with its stable id."""
+    out = {"id": "%s:%s" % (kind, key), "kind": kind, "key": key, "value": value}
+    out.update(extra)
+    return out
+
+
+class Kind(object):
+    """Base class: a live file under /proc or /sys, persisted through a drop-in unit."""
+
+    name = None
+    reboot = False  # the live value changes only at the next boot
+
+    def expand(self, spec, ctx):
+        raise NotImplementedError
+
+    def live_path(self, s, ctx):
+        raise NotImplementedError
+
+    def read_live(self, s, ctx):
+        text = read_text(self.live_path(s, ctx))
+        if text is None:
+            raise Unsupported("%s cannot be read" % self.live_path(s, ctx))
+        return self.parse_live(text)
+
+    def parse_live(self, text):
+        return norm_ws(text)
+
+    def live_writable(self, s, ctx):
+        return writable(self.live_path(s, ctx))
+
+    def write_live(self, s, value, ctx):
+        from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import write_live
+
+        write_live(self.live_path(s, ctx), value)
+
+    def same(self, a, b):
+        if a is None or b is None:
+            return a is b
+        return norm_ws(a) == norm_ws(b)
+
+    # persistence
+    def unit(self, s, ctx):
+        return None
+
+    def render(self, settings, layer):
+        """Content of this kind's drop-in for the given settings (dropin units only)."""
+        raise NotImplementedError
+
+    def persisted(self, s, unit_text):
+        """Value of the setting as its unit currently persists it (None when absent)."""
+        return
+
+    def after_persist(self, ctx, changed_units):
+        """Hook run after units of this kind changed (e.g. regenerate the bootloader config)."""
+        return []
+
+
+def require(spec, field, kind):
+    if spec.get(field) in (None, ""):
+        raise SpecError("setting of kind %s needs '%s'" % (kind, field))
+    return spec[field]
+
+
+def exists(ctx, host_path):
+    return os.path.exists(ctx.path(host_path))

@@ -1,0 +1,115 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Kind ``kernel_arg``: a kernel boot argument.
+
+Live is /proc/cmdline (it changes only at boot, so a persisted change is reported
+``pending_reboot``); persistence is a GRUB drop-in,
+/etc/default/grub.d/60-stacktune-<layer>.cfg, after which the bootloader configuration
+is regenerated with update-grub (or grub-mkconfig / grub2-mkconfig) when present.
+A bare flag such as ``nosoftlockup`` has the value "" (empty string).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import re
+import shlex
+
+from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import read_text
+from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
+    HEADER,
+    Kind,
+    SpecError,
+    Unsupported,
+    setting,
+)
+
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+_VALUE = re.compile(r"^[A-Za-z0-9_.,:=+/\-]*$")
+VAR = "GRUB_CMDLINE_LINUX_DEFAULT"
+BOOTLOADER_UPDATERS = (
+    ["update-grub"],
+    ["grub-mkconfig", "-o", "/boot/grub/grub.cfg"],
+    ["grub2-mkconfig", "-o", "/boot/grub2/grub.cfg"],
+)
+
+
+def cmdline_args(text):
+    """Map argument name -> value ("" for bare flags) of a kernel command line; last one wins."""
+    out = {}
+    for token in (text or "").split():
+        name, sep, value = token.partition("=")
+        out[name] = value if sep else ""
+    return out
+
+
+def format_arg(name, value):
+    return name if value == "" else "%s=%s" % (name, value)
+
+
+class KernelArgKind(Kind):
+    name = "kernel_arg"
+    reboot = True
+
+    def expand(self, spec, ctx):
+        name = str(spec.get("key") or "")
+        if not _NAME.match(name):
+            raise SpecError("kernel_arg key %r is not a valid boot argument name" % name)
+        value = spec.get("value")
+        value = "" if value is None else str(value)
+        if not _VALUE.match(value):
+            raise SpecError(
+                "kernel_arg %s value %r has characters not allowed on a kernel command line" % (name, value)
+            )
+        return [setting(self.name, name, value)]
+
+    def live_path(self, s, ctx):
+        return ctx.path("/proc/cmdline")
+
+    def read_live(self, s, ctx):
+        text = read_text(self.live_path(s, ctx))
+        if text is None:
+            raise Unsupported("/proc/cmdline cannot be read")
+        return cmdline_args(text).get(s["key"])
+
+    def live_writable(self, s, ctx):
+        return False, "boot arguments take effect at the next boot"
+
+    def same(self, a, b):
+        return a == b
+
+    def unit(self, s, ctx):
+        if not os.path.exists(ctx.path("/etc/default/grub")):
+            raise Unsupported(
+                "no GRUB configuration (/etc/default/grub) on this host: boot arguments cannot be persisted"
+            )
+        return {"type": "dropin", "path": "/etc/default/grub.d/60-stacktune-%s.cfg" % ctx.layer, "kind": self.name}
+
+    def render(self, settings, layer):
+        args = " ".join(format_arg(s["key"], s["value"]) for s in sorted(settings, key=lambda x: x["key"]))
+        return HEADER % layer + '%s="${%s} %s"\n' % (VAR, VAR, args)
+
+    def persisted(self, s, unit_text):
+        for line in (unit_text or "").splitlines():
+            if line.startswith(VAR + "="):
+                try:
+                    words = shlex.split(line.split("=", 1)[1])
+                except ValueError:
+                    return None
+                return cmdline_args(" ".join(words).replace("${%s}" % VAR, "")).get(s["key"])
+        return None
+
+    def after_persist(self, ctx, changed_units):
+        if ctx.alternate_root or ctx.run_command is None:
+            return ["bootloader configuration not regenerated (alternative root)"]
+        for argv in BOOTLOADER_UPDATERS:
+            rc, out, err = ctx.run_command(argv)
+            if rc == 0:
+                return ["regenerated the bootloader configuration with %s" % argv[0]]
+            if rc != 127 and "No such file" not in (err or ""):
+                raise RuntimeError("%s failed (rc=%s): %s" % (" ".join(argv), rc, (err or out).strip()[-400:]))
+        return ["no update-grub/grub-mkconfig on this host: regenerate the bootloader configuration by hand"]

@@ -1,0 +1,99 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Kinds whose live state IS a file: ``file`` (whole content) and ``env_var`` (KEY=value line).
+
+``file`` owns a whole file such as /etc/nccl.conf or /etc/security/limits.d/...;
+``env_var`` owns one KEY="value" line of a shell-style defaults file such as
+/etc/default/irqbalance, keeping the rest of the file as it is.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
+    Kind,
+    SpecError,
+    require,
+    setting,
+)
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SAFE_PATH = re.compile(r"^/(etc|usr/local/etc|opt)/[A-Za-z0-9_.@+/\-]+$")
+
+
+def check_path(path, kind):
+    if not _SAFE_PATH.match(path) or "/../" in path + "/" or path.endswith("/"):
+        raise SpecError(
+            "%s path %r is not allowed: stacktune manages files under /etc, /usr/local/etc or /opt only" % (kind, path)
+        )
+
+
+class FileKind(Kind):
+    name = "file"
+    unit_is_live = True
+
+    def expand(self, spec, ctx):
+        path = str(require(spec, "key", self.name))
+        check_path(path, self.name)
+        content = spec.get("value")
+        if content is None:
+            raise SpecError("file %s needs 'value' (the content)" % path)
+        content = str(content)
+        if content and not content.endswith("\n"):
+            content += "\n"
+        mode = str(spec.get("mode", "0644"))
+        if not re.match(r"^0?[0-7]{3}$", mode):
+            raise SpecError("file %s mode must be octal like 0644, got %r" % (path, mode))
+        return [setting(self.name, path, content, mode="%04o" % int(mode, 8))]
+
+    def same(self, a, b):
+        return a == b
+
+    def unit(self, s, ctx):
+        return {"type": "file", "path": s["key"], "mode": s["mode"], "kind": self.name}
+
+    def persisted(self, s, unit_text):
+        return unit_text
+
+
+class EnvVarKind(Kind):
+    name = "env_var"
+    unit_is_live = True
+
+    def expand(self, spec, ctx):
+        path = str(require(spec, "path", self.name))
+        check_path(path, self.name)
+        name = str(require(spec, "key", self.name))
+        if not _ENV_NAME.match(name):
+            raise SpecError("env_var key %r is not a shell variable name" % name)
+        value = spec.get("value")
+        if value is None or "\n" in str(value) or '"' in str(value):
+            raise SpecError("env_var %s needs a one-line 'value' without double quotes" % name)
+        return [setting(self.name, "%s:%s" % (path, name), str(value), path=path, name=name)]
+
+    def same(self, a, b):
+        return a == b
+
+    def unit(self, s, ctx):
+        return {"type": "line", "path": s["path"], "match": s["name"], "kind": self.name}
+
+    @staticmethod
+    def matches(line, match):
+        return line.lstrip().startswith(match + "=")
+
+    def render_line(self, settings, current):
+        s = settings[-1]
+        return '%s="%s"' % (s["name"], s["value"])
+
+    def persisted(self, s, unit_text):
+        if unit_text is None:
+            return None
+        value = unit_text.split("=", 1)[1].strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        return value

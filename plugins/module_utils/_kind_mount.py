@@ -1,0 +1,149 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Kind ``mount``: one option of a mounted tmpfs (e.g. the size of /dev/shm).
+
+Live is /proc/mounts, applied with ``mount -o remount,<option>=<value>`` where the
+process may remount (CAP_SYS_ADMIN); persistence is the mount point's line in
+/etc/fstab, edited in place (other options kept) or added when absent.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import read_text
+from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
+    Kind,
+    SpecError,
+    Unsupported,
+    require,
+    setting,
+)
+
+OPTIONS = ("size", "nr_inodes", "mode")
+_SIZE = re.compile(r"^(\d+)([kKmMgGtT]?)$")
+_MULT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+CAP_SYS_ADMIN = 21
+
+
+def size_bytes(text):
+    """Bytes of a tmpfs size such as 64G or 8388608k; raise ValueError when malformed."""
+    match = _SIZE.match(str(text).strip())
+    if not match:
+        raise ValueError("%r is not a size like 64G, 512M or 8388608k" % (text,))
+    return int(match.group(1)) * _MULT[match.group(2).lower()]
+
+
+def mount_options(mounts_text, mountpoint):
+    """Options of the last mount of mountpoint in /proc/mounts text, or None when not mounted."""
+    found = None
+    for line in (mounts_text or "").splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and fields[1] == mountpoint:
+            found = fields[3]
+    if found is None:
+        return None
+    return option_dict(found)
+
+
+def option_dict(options):
+    out = {}
+    for item in options.split(","):
+        name, sep, value = item.partition("=")
+        out[name] = value if sep else ""
+    return out
+
+
+def has_capability(status_text, bit):
+    for line in (status_text or "").splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) & (1 << bit))
+    return False
+
+
+class MountKind(Kind):
+    name = "mount"
+
+    def expand(self, spec, ctx):
+        mountpoint = str(require(spec, "key", self.name))
+        if not mountpoint.startswith("/") or " " in mountpoint or "/../" in mountpoint + "/":
+            raise SpecError("mount key %r must be an absolute mount point path" % mountpoint)
+        option = spec.get("option", "size")
+        if option not in OPTIONS:
+            raise SpecError("mount option %r is not one of %s" % (option, ", ".join(OPTIONS)))
+        value = str(require(spec, "value", self.name)).strip()
+        if option == "size":
+            try:
+                if size_bytes(value) <= 0:
+                    raise ValueError("size must be positive")
+            except ValueError as exc:
+                raise SpecError("mount %s size: %s" % (mountpoint, exc)) from None
+        elif option == "nr_inodes" and not value.isdigit():
+            raise SpecError("mount %s nr_inodes must be a whole number, got %r" % (mountpoint, value))
+        elif option == "mode" and not re.match(r"^[0-7]{3,4}$", value):
+            raise SpecError("mount %s mode must be octal like 1777, got %r" % (mountpoint, value))
+        return [setting(self.name, "%s:%s" % (mountpoint, option), value, mountpoint=mountpoint, option=option)]
+
+    def live_path(self, s, ctx):
+        return ctx.path("/proc/mounts")
+
+    def read_live(self, s, ctx):
+        options = mount_options(read_text(self.live_path(s, ctx)), s["mountpoint"])
+        if options is None:
+            raise Unsupported("%s is not mounted" % s["mountpoint"])
+        return options.get(s["option"])
+
+    def same(self, a, b):
+        if a is None or b is None:
+            return a is b
+        try:
+            return size_bytes(a) == size_bytes(b)
+        except ValueError:
+            return str(a).strip() == str(b).strip()
+
+    def live_writable(self, s, ctx):
+        if ctx.alternate_root:
+            return False, "alternative root: remount skipped"
+        if not has_capability(read_text("/proc/self/status"), CAP_SYS_ADMIN):
+            return False, "no CAP_SYS_ADMIN here (unprivileged container): cannot remount %s" % s["mountpoint"]
+        return True, None
+
+    def write_live(self, s, value, ctx):
+        argv = ["mount", "-o", "remount,%s=%s" % (s["option"], value), s["mountpoint"]]
+        rc, out, err = ctx.run_command(argv)
+        if rc != 0:
+            raise OSError("%s failed (rc=%s): %s" % (" ".join(argv), rc, (err or out).strip()))
+
+    # persistence: the mount point's line in /etc/fstab
+    def unit(self, s, ctx):
+        return {"type": "line", "path": "/etc/fstab", "match": s["mountpoint"], "kind": self.name}
+
+    @staticmethod
+    def matches(line, match):
+        fields = line.split()
+        return len(fields) >= 4 and not fields[0].startswith("#") and fields[1] == match
+
+    def render_line(self, settings, current):
+        """The fstab line carrying all of these settings' options, based on the current line."""
+        if current is None:
+            fields = ["tmpfs", settings[0]["mountpoint"], "tmpfs", "defaults", "0", "0"]
+        else:
+            fields = current.split()
+            while len(fields) < 6:
+                fields.append("0")
+        opts = [o for o in fields[3].split(",") if o]
+        for s in settings:
+            opts = [o for o in opts if o.partition("=")[0] != s["option"]]
+            opts.append("%s=%s" % (s["option"], s["value"]))
+        fields[3] = ",".join(opts)
+        return " ".join(fields)
+
+    def persisted(self, s, unit_text):
+        if unit_text is None:
+            return None
+        fields = unit_text.split()
+        return option_dict(fields[3]).get(s["option"]) if len(fields) >= 4 else None

@@ -1,0 +1,62 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Kind ``sysctl``: /proc/sys live, /etc/sysctl.d/60-stacktune-<layer>.conf persisted."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
+    HEADER,
+    Kind,
+    SpecError,
+    exists,
+    norm_ws,
+    require,
+    setting,
+)
+
+_KEY = re.compile(r"^[a-z0-9_]+(\.[A-Za-z0-9_\-]+)+$")
+
+
+class SysctlKind(Kind):
+    name = "sysctl"
+
+    def expand(self, spec, ctx):
+        key = str(require(spec, "key", self.name)).replace("/", ".")
+        if not _KEY.match(key):
+            raise SpecError("sysctl key %r is not a valid name (e.g. vm.swappiness)" % key)
+        if spec.get("value") is None:
+            raise SpecError("sysctl %s needs 'value'" % key)
+        if not exists(ctx, self._proc(key)):
+            raise SpecError("sysctl key %r does not exist on this host (%s missing)" % (key, self._proc(key)))
+        return [setting(self.name, key, norm_ws(spec["value"]))]
+
+    @staticmethod
+    def _proc(key):
+        return "/proc/sys/" + key.replace(".", "/")
+
+    def live_path(self, s, ctx):
+        return ctx.path(self._proc(s["key"]))
+
+    def unit(self, s, ctx):
+        return {"type": "dropin", "path": "/etc/sysctl.d/60-stacktune-%s.conf" % ctx.layer, "kind": self.name}
+
+    def render(self, settings, layer):
+        lines = ["%s = %s\n" % (s["key"], s["value"]) for s in sorted(settings, key=lambda x: x["key"])]
+        return HEADER % layer + "".join(lines)
+
+    def persisted(self, s, unit_text):
+        found = None
+        for raw in (unit_text or "").splitlines():
+            line = raw.strip()
+            if not line or line[0] in "#;" or "=" not in line:
+                continue
+            key, value = line.split("=", 1)
+            if key.strip().lstrip("-").replace("/", ".") == s["key"]:
+                found = norm_ws(value)
+        return found

@@ -1,0 +1,74 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Descriptive statistics over per-step samples, stdlib only.
+
+Shared by the benchmark module (which summarises what it measured) and the gate
+(which compares two runs). Quantiles use linear interpolation between order statistics
+(Hyndman & Fan type 7, the default of numpy and R) so figures match what users compute
+themselves from the raw samples.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+# Smallest sample count for which a quantile q is reported at all: the q-quantile needs at
+# least one observation above it, i.e. n >= 1 / (1 - q).
+def min_samples_for_quantile(q):
+    """Return the fewest samples for which the q-quantile has a sample above it."""
+    if not 0.0 < q < 1.0:
+        raise ValueError("quantile must be in (0, 1), got %r" % (q,))
+    return int(math.ceil(1.0 / (1.0 - q) - 1e-9))
+
+
+def quantile(sorted_values, q):
+    """Type-7 quantile of an already sorted, non-empty sequence."""
+    n = len(sorted_values)
+    if n == 0:
+        raise ValueError("quantile of an empty sample")
+    if n == 1:
+        return float(sorted_values[0])
+    h = (n - 1) * q
+    lo = int(math.floor(h))
+    hi = min(lo + 1, n - 1)
+    return float(sorted_values[lo]) + (h - lo) * (float(sorted_values[hi]) - float(sorted_values[lo]))
+
+
+def mean(values):
+    """Arithmetic mean of a non-empty sequence."""
+    if not values:
+        raise ValueError("mean of an empty sample")
+    return math.fsum(values) / len(values)
+
+
+def stdev(values):
+    """Sample standard deviation (n - 1); 0.0 for fewer than two values."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    m = mean(values)
+    return math.sqrt(math.fsum((v - m) ** 2 for v in values) / (n - 1))
+
+
+def summarize(samples_ms):
+    """Summary of per-step times in milliseconds.
+
+    Returns count, mean, stdev, min, max, p50, p90, p99 and p99.9; a quantile is None
+    when there are too few samples for it to be more than the maximum.
+    """
+    values = sorted(float(v) for v in samples_ms)
+    if not values:
+        raise ValueError("no samples to summarise")
+    out = {
+        "count": len(values),
+        "mean_ms": mean(values),
+        "stdev_ms": stdev(values),
+        "min_ms": values[0],
+        "max_ms": values[-1],
+    }
+    for name, q in (("p50_ms", 0.5), ("p90_ms", 0.9), ("p99_ms", 0.99), ("p999_ms", 0.999)):
+        out[name] = quantile(values, q) if len(values) >= min_samples_for_quantile(q) else None
+    return out

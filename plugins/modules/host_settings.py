@@ -1,0 +1,306 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: host_settings
+short_description: Apply, verify, keep and restore host settings through the stacktune settings engine
+version_added: 0.1.0
+description:
+  - The one module through which stacktune changes a host. Every layer role turns its
+    variables and the GPU facts into a list of settings and hands them to this module.
+  - Each setting has a I(kind). For every kind the engine reads the live value and the
+    persisted value, writes both, snapshots them first and can restore them.
+  - "Kinds: C(sysctl) (/proc/sys, persisted in /etc/sysctl.d/60-stacktune-<layer>.conf);
+    C(sysfs) (a /sys attribute, persisted as a line of /etc/tmpfiles.d/stacktune-<layer>.conf);
+    C(irq_affinity) (/proc/irq/N/smp_affinity_list for one IRQ or every IRQ of a PCI
+    device, persisted in the same tmpfiles drop-in); C(kernel_arg) (a boot argument,
+    persisted in /etc/default/grub.d/60-stacktune-<layer>.cfg, reported C(pending_reboot)
+    until the next boot); C(mount) (an option of a mounted tmpfs such as the size of
+    /dev/shm, remounted live and persisted in /etc/fstab); C(file) (a whole file owned by
+    stacktune such as /etc/nccl.conf); C(env_var) (one KEY=\"value\" line of a file such as
+    /etc/default/irqbalance); C(nvml) (a GPU setting through NVML: persistence mode,
+    power limit, compute mode, application clocks)."
+  - Before anything is written, every setting is validated (a bad value fails the task
+    naming the setting) and the previous values are written to the on-host journal
+    (I(journal_dir)), so a run killed halfway can still be restored.
+  - Live values that cannot be written here (a read-only /proc/sys in a container, no
+    CAP_SYS_ADMIN for a remount, no NVML) are reported C(unsupported) with the reason;
+    what can be persisted is still persisted.
+author: stacktune maintainers (@stacktune)
+options:
+  layer:
+    description:
+      - Name of the layer the settings belong to (lower-case letters, digits, underscores).
+        The journal, the drop-in file names and drift checks are per layer.
+    type: str
+    required: true
+  state:
+    description:
+      - C(present) applies I(settings) (or, with I(from_journal), the settings the layer
+        already owns). Settings the layer owned before and no longer lists go back to
+        their original values.
+      - C(verify) changes nothing and reports per setting the expected, live and persisted
+        value and a status (C(ok), C(drift), C(pending_reboot), C(unsupported)).
+      - C(kept) records that the gate kept the layer (with I(decision)).
+      - C(restored) puts the layer back to I(restore_to).
+    type: str
+    choices: [present, verify, kept, restored]
+    default: present
+  settings:
+    description:
+      - The settings, each a dict with C(kind), C(key), C(value) and kind-specific keys
+        (C(device) for irq_affinity, C(option) for mount, C(path) for env_var, C(mode) for
+        file, C(gpu) for nvml).
+      - With I(state=verify) and no I(settings), the layer's journaled settings are verified.
+    type: list
+    elements: dict
+    default: []
+  from_journal:
+    description:
+      - With I(state=present), apply the settings the journal says the layer owns instead
+        of I(settings). Drift correction uses this; a layer the gate rolled back owns
+        nothing, so it is never re-applied.
+    type: bool
+    default: false
+  restore_to:
+    description:
+      - C(snapshot) returns to the state before the layer's latest apply (the gate's
+        rollback); C(original) returns to the state before stacktune ever touched it.
+    type: str
+    choices: [snapshot, original]
+    default: original
+  decision:
+    description:
+      - The gate's decision record, stored in the journal with I(state=kept) or
+        I(state=restored).
+    type: dict
+  run_id:
+    description: Identifier of the run, recorded in the journal.
+    type: str
+    default: manual
+  journal_dir:
+    description: Directory of the on-host journal (created 0700).
+    type: path
+    default: /var/lib/stacktune
+  root:
+    description:
+      - Alternative filesystem root, for preparing images and for tests. Live changes that
+        act through commands or NVML are skipped under an alternative root.
+    type: path
+    default: /
+  lock_timeout:
+    description: Seconds to wait for another stacktune run on this host to finish.
+    type: int
+    default: 300
+  fail_on_drift:
+    description: With I(state=verify), fail when any setting drifted.
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    support: full
+    description: Predicts per setting exactly what a real run changes and writes nothing.
+  diff_mode:
+    support: full
+    description: Shows live and persisted values before and after, per setting.
+  platform:
+    support: full
+    platforms: posix
+    description: Linux hosts; the C(nvml) kind needs nvidia-ml-py on the host Python.
+notes:
+  - The journal keeps previous file contents; it is readable by root only.
+"""
+
+EXAMPLES = r"""
+- name: Apply kernel settings for a training host
+  stacktune.gpu.host_settings:
+    layer: kernel
+    settings:
+      - {kind: sysctl, key: vm.swappiness, value: "10"}
+      - {kind: sysctl, key: kernel.numa_balancing, value: "0"}
+      - {kind: kernel_arg, key: pcie_aspm, value: "off"}
+
+- name: Size /dev/shm and persist it in /etc/fstab
+  stacktune.gpu.host_settings:
+    layer: memory
+    settings:
+      - {kind: mount, key: /dev/shm, option: size, value: 64G}
+
+- name: Pin a GPU's interrupts to its local NUMA CPUs
+  stacktune.gpu.host_settings:
+    layer: numa_irq
+    settings:
+      - {kind: irq_affinity, device: "0000:3b:00.0", value: "0-31"}
+
+- name: Verify what the kernel layer owns
+  stacktune.gpu.host_settings:
+    layer: kernel
+    state: verify
+  register: kernel_verify
+
+- name: Gate said no - put the layer back as it was before this run
+  stacktune.gpu.host_settings:
+    layer: kernel
+    state: restored
+    restore_to: snapshot
+    decision: "{{ gate_result }}"
+"""
+
+RETURN = r"""
+layer:
+  description: The layer.
+  returned: always
+  type: str
+action:
+  description: What was done (present, verify, kept, restored).
+  returned: always
+  type: str
+settings:
+  description: One row per setting.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    id:
+      description: Stable id, C(<kind>:<key>).
+      type: str
+    expected:
+      description: The value stacktune wants (for restores, the value restored to).
+      type: raw
+    live:
+      description: The live value after the action (null when it cannot be read).
+      type: raw
+    persisted:
+      description: The value the persistence unit holds (null when not persisted).
+      type: raw
+    persisted_in:
+      description: The file that persists the setting.
+      type: str
+    status:
+      description: ok, changed, drift, pending_reboot or unsupported.
+      type: str
+    reason:
+      description: Why a setting is unsupported or pending.
+      type: str
+    changed:
+      description: Whether this setting was written.
+      type: bool
+counts:
+  description: Number of settings per status.
+  returned: always
+  type: dict
+drift:
+  description: Ids of drifted settings.
+  returned: always
+  type: list
+  elements: str
+pending_reboot:
+  description: Ids of settings that take effect at the next boot.
+  returned: always
+  type: list
+  elements: str
+layer_state:
+  description: The layer's journal state (applied, kept, rolled_back, restored ...).
+  returned: always
+  type: str
+notes:
+  description: What the engine did besides settings (bootloader regenerated ...).
+  returned: always
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.stacktune.gpu.plugins.module_utils._engine import Engine
+from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import rooted
+from ansible_collections.stacktune.gpu.plugins.module_utils._journal import Journal, LockTimeout, check_layer_name
+from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context, SpecError, Unsupported
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            layer=dict(type="str", required=True),
+            state=dict(type="str", default="present", choices=["present", "verify", "kept", "restored"]),
+            settings=dict(type="list", elements="dict", default=[]),
+            from_journal=dict(type="bool", default=False),
+            restore_to=dict(type="str", default="original", choices=["snapshot", "original"]),
+            decision=dict(type="dict"),
+            run_id=dict(type="str", default="manual"),
+            journal_dir=dict(type="path", default="/var/lib/stacktune"),
+            root=dict(type="path", default="/"),
+            lock_timeout=dict(type="int", default=300),
+            fail_on_drift=dict(type="bool", default=False),
+        ),
+        mutually_exclusive=[("settings", "from_journal")],
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        check_layer_name(p["layer"])
+    except ValueError as exc:
+        module.fail_json(msg="Failed to validate layer: %s" % exc)
+
+    def run_command(argv):
+        binary = module.get_bin_path(argv[0])
+        if binary is None:
+            return 127, "", "No such file: %s" % argv[0]
+        return module.run_command([binary] + list(argv[1:]))
+
+    ctx = Context(p["layer"], root=p["root"], run_command=run_command)
+    journal = Journal(rooted(p["root"], p["journal_dir"]) if p["root"] != "/" else p["journal_dir"])
+    engine = Engine(ctx, journal, check_mode=module.check_mode)
+    verb = {"present": "apply", "verify": "verify", "kept": "keep", "restored": "restore"}[p["state"]]
+    locked = False
+    try:
+        if p["state"] != "verify" and not module.check_mode:
+            journal.lock(p["lock_timeout"])
+            locked = True
+        if p["state"] == "present":
+            result = engine.apply(p["settings"], p["run_id"], from_journal=p["from_journal"])
+        elif p["state"] == "verify":
+            result = engine.verify(p["settings"])
+        elif p["state"] == "kept":
+            result = engine.keep(p["run_id"], p["decision"])
+        else:
+            result = engine.restore(p["restore_to"], p["run_id"], p["decision"])
+    except (SpecError, LockTimeout) as exc:
+        module.fail_json(msg="Failed to %s layer %s: %s" % (verb, p["layer"], exc))
+    except (Unsupported, RuntimeError, OSError, IOError, ValueError) as exc:
+        module.fail_json(msg="Failed to %s layer %s: %s" % (verb, p["layer"], exc))
+    finally:
+        if locked:
+            journal.unlock()
+
+    if module._diff and p["state"] == "present":
+        result["diff"] = {
+            "before": {
+                r["id"]: {
+                    "live": r.get("live_before", r["live"]),
+                    "persisted": r.get("persisted_before", r["persisted"]),
+                }
+                for r in result["settings"]
+                if r["changed"]
+            },
+            "after": {
+                r["id"]: {"live": r["expected"], "persisted": r["expected"] if r.get("persisted_in") else None}
+                for r in result["settings"]
+                if r["changed"]
+            },
+        }
+    if p["state"] == "verify" and p["fail_on_drift"] and result["drift"]:
+        module.fail_json(msg="Drift in layer %s: %s" % (p["layer"], ", ".join(result["drift"])), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

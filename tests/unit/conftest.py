@@ -1,0 +1,82 @@
+"""Shared fixtures for the unit tests."""
+
+import hashlib
+import os
+import re
+
+import pytest
+
+
+def write(root, path, text):
+    full = os.path.join(str(root), path.lstrip("/"))
+    os.makedirs(os.path.dirname(full), exist_ok=True)
+    with open(full, "w") as handle:
+        handle.write(text)
+    return full
+
+
+@pytest.fixture
+def fakeroot(tmp_path):
+    """A small host tree: kernel interfaces as plain files, plus /etc.
+
+    Live kernel files here are ordinary files, so the engine's reads and writes are
+    real file operations whose results the tests can check.
+    """
+    root = tmp_path / "host"
+    write(root, "/proc/sys/vm/swappiness", "60\n")
+    write(root, "/proc/sys/vm/max_map_count", "65530\n")
+    write(root, "/proc/sys/kernel/numa_balancing", "1\n")
+    write(root, "/proc/sys/net/ipv4/tcp_rmem", "4096\t131072\t6291456\n")
+    write(root, "/sys/kernel/mm/transparent_hugepage/enabled", "always [madvise] never\n")
+    write(root, "/sys/module/pcie_aspm/parameters/policy", "[default] performance powersave powersupersave\n")
+    write(root, "/proc/irq/40/smp_affinity_list", "0-15\n")
+    write(root, "/proc/irq/41/smp_affinity_list", "0-15\n")
+    write(root, "/proc/irq/42/smp_affinity_list", "0-15\n")
+    write(root, "/sys/bus/pci/devices/0000:3b:00.0/msi_irqs/41", "msix\n")
+    write(root, "/sys/bus/pci/devices/0000:3b:00.0/msi_irqs/42", "msix\n")
+    write(root, "/sys/bus/pci/devices/0000:3b:00.0/irq", "0\n")
+    write(root, "/proc/cmdline", "BOOT_IMAGE=/vmlinuz root=/dev/sda1 ro quiet\n")
+    write(root, "/etc/default/grub", 'GRUB_CMDLINE_LINUX_DEFAULT="quiet"\n')
+    write(root, "/proc/mounts", "tmpfs /dev/shm tmpfs rw,nosuid,nodev,size=8388608k,inode64 0 0\n")
+    write(root, "/etc/fstab", "# /etc/fstab\nUUID=abcd / ext4 errors=remount-ro 0 1\n")
+    write(root, "/etc/default/irqbalance", '#Configuration for the irqbalance daemon\nENABLED="1"\n')
+    return root
+
+
+def tree_hash(root, exclude=("var/lib/stacktune",)):
+    """Hash of the managed state under root, the journal excluded.
+
+    Files under /etc are hashed byte for byte with their modes. Kernel interface files
+    (/proc, /sys) are hashed by the value the kernel would show: the active choice of
+    a "[x] y" attribute and whitespace-normalised numbers, as a real kernel prints them
+    whatever was written.
+    """
+    digest = hashlib.sha256()
+    for base, dirs, files in sorted(os.walk(str(root))):
+        dirs.sort()
+        rel = os.path.relpath(base, str(root))
+        if any(rel == e or rel.startswith(e + "/") for e in exclude):
+            continue
+        for name in sorted(files):
+            path = os.path.join(base, name)
+            st = os.stat(path)
+            digest.update(os.path.relpath(path, str(root)).encode())
+            digest.update(oct(st.st_mode).encode())
+            with open(path, "rb") as handle:
+                data = handle.read()
+            if rel.split("/")[0] in ("proc", "sys"):
+                data = kernel_view(data.decode())
+                digest.update(data.encode())
+            else:
+                digest.update(data)
+    return digest.hexdigest()
+
+
+def kernel_view(text):
+    match = re.search(r"\[([^\]]+)\]", text)
+    return match.group(1) if match else " ".join(text.split())
+
+
+@pytest.fixture
+def hash_tree():
+    return tree_hash
