@@ -33,20 +33,13 @@ def parse_cpulist(text):
 
 def format_cpulist(cpus):
     """Format CPU numbers as the shortest kernel CPU list ("0-3,8")."""
-    values = sorted({int(c) for c in cpus})
-    parts = []
-    start = prev = None
-    for cpu in values:
-        if start is None:
-            start = prev = cpu
-        elif cpu == prev + 1:
-            prev = cpu
+    runs = []
+    for cpu in sorted({int(c) for c in cpus}):
+        if runs and cpu == runs[-1][1] + 1:
+            runs[-1][1] = cpu
         else:
-            parts.append(str(start) if start == prev else "%d-%d" % (start, prev))
-            start = prev = cpu
-    if start is not None:
-        parts.append(str(start) if start == prev else "%d-%d" % (start, prev))
-    return ",".join(parts)
+            runs.append([cpu, cpu])
+    return ",".join(str(a) if a == b else "%d-%d" % (a, b) for a, b in runs)
 
 
 def canonical_cpulist(text):

@@ -83,7 +83,10 @@ class Engine(object):
             try:
                 expanded = kind.expand(spec, self.ctx)
             except SpecError as exc:
-                raise SpecError("settings[%d] (%s %s): %s" % (index, spec.get("kind"), spec.get("key"), exc)) from None
+                origin = "%s: " % spec["var"] if spec.get("var") else ""
+                raise SpecError(
+                    "%ssettings[%d] (%s %s): %s" % (origin, index, spec.get("kind"), spec.get("key"), exc)
+                ) from None
             except Unsupported as exc:
                 unsupported.append(
                     {

@@ -1,0 +1,65 @@
+# stacktune: the two commands people need are `make tune` and `make test`.
+# Everything else here is what those two are made of.
+SHELL := /bin/bash
+VENV ?= .venv
+export VENV
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export CONTAINERS_CONF := $(CURDIR)/tests/molecule/containers.conf
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+# Extra arguments for ansible-playbook, e.g. make tune ARGS="--check --diff"
+ARGS ?=
+# Molecule scenarios run by `make test` (space separated); all by default.
+SCENARIOS ?= $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
+PY_SOURCES := plugins tests benchmarks
+
+.PHONY: tune facts test lint sanity unit molecule test-gpu bench bench-gate bench-facts deps-run deps-test image clean
+
+## make tune: set up .venv and tune this machine (ansible-playbook tune.yml, local inventory)
+tune: deps-run
+	ansible-playbook tune.yml $(ARGS)
+
+## make facts: print the GPU topology of the inventory's hosts
+facts: deps-run
+	ansible-playbook playbooks/facts.yml $(ARGS)
+
+## make test: every check CI runs: lint, sanity, unit tests, molecule scenarios
+test: deps-test lint sanity unit molecule
+
+deps-run:
+	@tools/bootstrap.sh run
+
+deps-test:
+	@tools/bootstrap.sh test
+
+lint: deps-test
+	ruff check $(PY_SOURCES)
+	ruff format --check $(PY_SOURCES)
+	yamllint -s .
+	ansible-lint
+
+sanity: deps-test
+	tools/sanity.sh
+
+unit: deps-test
+	pytest
+
+image: deps-test
+	tests/molecule/build-image.sh
+
+molecule: image
+	@set -e; for s in $(SCENARIOS); do echo "== molecule scenario $$s"; molecule test -s $$s; done
+
+## make test-gpu: the GPU tier, on a machine with an NVIDIA GPU (needs pytest and pynvml there)
+test-gpu:
+	python3 -m pytest -m gpu -o addopts="" -p no:cacheprovider tests/gpu $(ARGS)
+
+bench: bench-gate bench-facts
+
+bench-gate: deps-run
+	python3 benchmarks/gate_bench.py $(ARGS)
+
+bench-facts: deps-run
+	$(VENV)/bin/python benchmarks/facts_bench.py $(ARGS)
+
+clean:
+	rm -rf reports .pytest_cache .ruff_cache tests/output
