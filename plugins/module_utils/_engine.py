@@ -61,11 +61,17 @@ def unit_key(unit):
     return "%s:%s" % (unit["type"], unit["path"])
 
 
+def _same_settings(a, b):
+    key = lambda s: s["id"]  # noqa: E731
+    return sorted(a or [], key=key) == sorted(b or [], key=key)
+
+
 class Engine(object):
-    def __init__(self, ctx, journal, check_mode=False):
+    def __init__(self, ctx, journal, check_mode=False, retry_rejected=False):
         self.ctx = ctx
         self.journal = journal
         self.check_mode = check_mode
+        self.retry_rejected = retry_rejected
         self.notes = []
 
     # ------------------------------------------------------------------ normalise
@@ -319,6 +325,14 @@ class Engine(object):
         else:
             settings, unsupported = self.normalize(specs)
             self.check_ownership(layer, settings)
+        if (
+            not from_journal
+            and not self.retry_rejected
+            and entry["state"] == "rolled_back"
+            and _same_settings(entry.get("rejected"), settings)
+        ):
+            note = "the gate rolled these settings back in run %s; not re-applied (set retry_rejected to measure again)"
+            return self._summary("present", [], unsupported, entry, note=note % entry.get("run_id"))
         new_ids = {s["id"] for s in settings}
         previous = entry["settings"] if entry["state"] in ACTIVE_STATES else []
         removed = [s for s in previous if s["id"] not in new_ids]

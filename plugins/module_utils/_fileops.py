@@ -64,7 +64,7 @@ def snapshot_file(path):
     try:
         st = os.lstat(path)
     except OSError:
-        return {"exists": False}
+        return {"exists": False, "parent_exists": os.path.isdir(os.path.dirname(path))}
     with open(path, "rb") as handle:
         data = handle.read()
     return {
@@ -138,7 +138,13 @@ def remove(path):
 def restore_file(path, snap):
     """Put a file back exactly as a snapshot recorded it (or remove it if it was absent)."""
     if not snap.get("exists"):
-        return remove(path)
+        removed = remove(path)
+        parent = os.path.dirname(path)
+        if snap.get("parent_exists") is False and os.path.isdir(parent) and not os.listdir(parent):
+            os.rmdir(parent)
+            fsync_dir(os.path.dirname(parent))
+            removed = True
+        return removed
     data = base64.b64decode(snap["content_b64"])
     atomic_write(path, data, int(snap["mode"], 8), snap.get("uid", 0), snap.get("gid", 0))
     return True

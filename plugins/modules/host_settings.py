@@ -77,6 +77,13 @@ options:
     type: str
     choices: [snapshot, original]
     default: original
+  retry_rejected:
+    description:
+      - With I(state=present), apply settings even when the gate rolled exactly these
+        settings back before. By default such a layer is left alone, so a second run
+        changes nothing.
+    type: bool
+    default: false
   decision:
     description:
       - The gate's decision record, stored in the journal with I(state=kept) or
@@ -234,6 +241,7 @@ def main():
             settings=dict(type="list", elements="dict", default=[]),
             from_journal=dict(type="bool", default=False),
             restore_to=dict(type="str", default="original", choices=["snapshot", "original"]),
+            retry_rejected=dict(type="bool", default=False),
             decision=dict(type="dict"),
             run_id=dict(type="str", default="manual"),
             journal_dir=dict(type="path", default="/var/lib/stacktune"),
@@ -258,7 +266,7 @@ def main():
 
     ctx = Context(p["layer"], root=p["root"], run_command=run_command)
     journal = Journal(rooted(p["root"], p["journal_dir"]) if p["root"] != "/" else p["journal_dir"])
-    engine = Engine(ctx, journal, check_mode=module.check_mode)
+    engine = Engine(ctx, journal, check_mode=module.check_mode, retry_rejected=p["retry_rejected"])
     verb = {"present": "apply", "verify": "verify", "kept": "keep", "restored": "restore"}[p["state"]]
     locked = False
     try:

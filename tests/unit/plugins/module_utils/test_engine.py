@@ -115,6 +115,8 @@ def test_restore_original_is_byte_exact(fakeroot, hash_tree, layer, specs):
     assert hash_tree(fakeroot) != pristine
     engine(fakeroot, layer).restore("original", "rollback")
     assert hash_tree(fakeroot) == pristine
+    for created in ("etc/sysctl.d", "etc/tmpfiles.d", "etc/default/grub.d", "etc/security/limits.d"):
+        assert not os.path.exists(os.path.join(str(fakeroot), created)), "%s left behind" % created
     entry = Journal(os.path.join(str(fakeroot), "var/lib/stacktune")).load(layer)
     assert entry["state"] == "restored"
     assert entry["settings"] == []
@@ -225,3 +227,19 @@ def test_read_only_live_values_are_persisted_and_reported(fakeroot):
     row = result["settings"][0]
     assert row["status"] == "unsupported"
     assert "persisted" in row["reason"]
+
+
+def test_settings_the_gate_rejected_are_not_retried_by_default(fakeroot, hash_tree):
+    pristine = hash_tree(fakeroot)
+    engine(fakeroot, "kernel").apply(KERNEL[:2], "run1")
+    engine(fakeroot, "kernel").restore("snapshot", "run1", {"decision": "rollback"})
+    again = engine(fakeroot, "kernel").apply(KERNEL[:2], "run2")
+    assert again["changed"] is False
+    assert "rolled these settings back in run run1" in again["notes"][0]
+    assert hash_tree(fakeroot) == pristine
+    retry = Engine(
+        Context("kernel", root=str(fakeroot)),
+        Journal(os.path.join(str(fakeroot), "var/lib/stacktune")),
+        retry_rejected=True,
+    ).apply(KERNEL[:2], "run3")
+    assert retry["changed"] is True
