@@ -1,0 +1,61 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Filter ``perf_gate``: the stacktune gate as a Jinja filter (documentation in perf_gate.yml)."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.stacktune.gpu.plugins.module_utils._gate import judge
+
+
+def _plain(value):
+    """Copy Ansible's template containers into plain lists/dicts the gate can check."""
+    if isinstance(value, dict) or (hasattr(value, "keys") and hasattr(value, "items")):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def perf_gate(
+    before,
+    after,
+    policy="improve",
+    tail_quantile=0.99,
+    tail_tolerance=0.05,
+    min_gain=0.02,
+    confidence=0.95,
+    final=False,
+    noise=None,
+    seed=None,
+    resamples=2000,
+):
+    """Judge ``after`` against ``before``; returns the gate's decision dict."""
+    try:
+        return judge(
+            _plain(before),
+            _plain(after),
+            policy=policy,
+            tail_quantile=tail_quantile,
+            tail_tolerance=tail_tolerance,
+            min_gain=min_gain,
+            confidence=confidence,
+            final=final,
+            noise=_plain(noise),
+            seed=seed,
+            resamples=resamples,
+        )
+    except ValueError as exc:
+        raise AnsibleFilterError("perf_gate: %s" % exc) from exc
+
+
+class FilterModule:
+    """stacktune.gpu performance gate filter."""
+
+    def filters(self):
+        return {"perf_gate": perf_gate}

@@ -1,0 +1,141 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""perf_gate filter: direct calls, Jinja rendering, the sidecar documentation and a real ansible run."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+import yaml
+from ansible.errors import AnsibleFilterError
+from jinja2 import Environment, StrictUndefined
+
+from ansible_collections.stacktune.gpu.plugins.filter import perf_gate as plugin
+from ansible_collections.stacktune.gpu.plugins.module_utils._gate import judge
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+PLUGIN_DIR = os.path.dirname(plugin.__file__)
+
+
+def lognormal(seed, n, median=10.0, sigma=0.2):
+    rng = random.Random(seed)
+    return [median * rng.lognormvariate(0.0, sigma) for _ in range(n)]
+
+
+def render(template, **variables):
+    env = Environment(undefined=StrictUndefined)
+    env.filters.update(plugin.FilterModule().filters())
+    return env.from_string(template).render(**variables)
+
+
+def test_filter_is_registered():
+    assert plugin.FilterModule().filters()["perf_gate"] is plugin.perf_gate
+
+
+def test_filter_returns_the_gate_result():
+    before, after = lognormal(1, 1000), [x / 1.2 for x in lognormal(2, 1000)]
+    res = plugin.perf_gate(before, after)
+    assert res == judge(before, after)
+    assert res["decision"] == "keep"
+
+
+def test_filter_passes_options_through():
+    before, after = lognormal(3, 600), [x * 1.01 for x in lognormal(4, 600)]
+    res = plugin.perf_gate(before, after, "no_regression", 0.99, 0.05, 0.02, 0.95, True)
+    assert res["policy"] == "no_regression"
+    assert res["final"] is True
+    assert res["decision"] == "keep"
+    widened = plugin.perf_gate(before, after, noise={"p99_ratio_ci": [0.9, 1.3]})
+    assert widened["tolerances"]["tail"] == pytest.approx(0.3)
+
+
+def test_filter_accepts_bench_dicts():
+    before = {"samples_ms": lognormal(5, 500), "throughput": 2000.0, "host": "gpu01"}
+    after = {"samples_ms": lognormal(6, 500), "throughput": 2000.0}
+    res = plugin.perf_gate(before, after)
+    assert res["throughput"]["source"] == "given"
+    assert res["throughput"]["ratio"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        (([], [1.0]), {}, "perf_gate: before is empty"),
+        (([1.0], ["slow"]), {}, r"perf_gate: after\[0\] is not a number"),
+        (([1.0], [-1.0]), {}, r"perf_gate: after\[0\] is negative"),
+        (([1.0], [float("nan")]), {}, r"perf_gate: after\[0\] is NaN"),
+        ((400, [1.0]), {}, "perf_gate: before must be a list"),
+        (([1.0], [1.0]), {"policy": "faster"}, "perf_gate: policy must be one of"),
+        (([1.0], [1.0]), {"tail_tolerance": 2}, "perf_gate: tail_tolerance must be in"),
+    ],
+)
+def test_filter_errors_name_the_argument(args, kwargs, message):
+    with pytest.raises(AnsibleFilterError, match=message):
+        plugin.perf_gate(*args, **kwargs)
+
+
+def test_filter_in_a_jinja_template():
+    out = render(
+        "{% set r = before | perf_gate(after, policy='no_regression', final=true) %}{{ r.decision }}|{{ r.n_after }}",
+        before=[10, 11, 12] * 400,
+        after=[10, 11, 12] * 400,
+    )
+    assert out == "keep|1200"
+
+
+def test_filter_precedence_in_jinja():
+    # Filters bind tighter than '*': the unparenthesised list product hands 400 to the filter.
+    with pytest.raises(AnsibleFilterError, match="before must be a list"):
+        render("{{ [10, 11, 12] * 400 | perf_gate([10, 11, 12] * 400) }}")
+    assert "inconclusive" in render("{{ (([10, 11, 12] * 400) | perf_gate([10, 11, 12] * 400)).decision }}")
+
+
+def test_sidecar_documentation_matches_the_signature():
+    with open(os.path.join(PLUGIN_DIR, "perf_gate.yml")) as handle:
+        doc = yaml.safe_load(handle)
+    options = doc["DOCUMENTATION"]["options"]
+    assert doc["DOCUMENTATION"]["name"] == "perf_gate"
+    code = plugin.perf_gate.__code__
+    params = code.co_varnames[: code.co_argcount]
+    assert set(options) == {"_input"} | set(params[1:])
+    defaults = dict(zip(params[-len(plugin.perf_gate.__defaults__) :], plugin.perf_gate.__defaults__))
+    for name, default in defaults.items():
+        assert options[name].get("default") == default, name
+    assert "perf_gate" in doc["EXAMPLES"]
+    assert "decision" in doc["RETURN"]["_value"]["contains"]
+
+
+ANSIBLE = os.path.join(os.path.dirname(sys.executable), "ansible")
+
+
+@pytest.mark.skipif(not os.path.exists(ANSIBLE), reason="ansible CLI not installed next to this Python")
+def test_real_ansible_template_use():
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))
+    proc = subprocess.run(
+        [
+            ANSIBLE,
+            "localhost",
+            "-c",
+            "local",
+            "-m",
+            "debug",
+            "-a",
+            "msg={{ (([10,11,12]*400) | stacktune.gpu.perf_gate([10,11,12]*400)).decision }}",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert '"msg": "inconclusive"' in proc.stdout
