@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# GPU tier on a real NVIDIA host that has no package registry: installs the carried
+# ansible-core wheels (.whl/, see docs/gpu-host.md), then runs, recording everything
+# under $OUT (default ./gpu-run): the topology capture, the GPU pytest tier, the facts
+# playbook, the GPU workloads, tune.yml with the gate on the GPU workload, verify/drift,
+# rollback with state hashes before and after, and acceptance (normal and perturbed).
+# Usage: bash tests/gpu/gpu-host-run.sh [steps...]   (default: all steps)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT="${OUT:-$PWD/gpu-run}"
+mkdir -p "$OUT"
+log="$OUT/gpu-host-run.log"
+exec > >(tee -a "$log") 2>&1
+steps="${*:-capture pytest facts bench tune acceptance}"
+py="${PYTHON:-python3}"
+if [ -d .whl ] && ! "$py" -c 'import ansible' 2>/dev/null; then
+  "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+export ANSIBLE_CONFIG="$PWD/ansible.cfg" ANSIBLE_CALLBACKS_ENABLED="" ANSIBLE_FORCE_COLOR=0 PYTHONUNBUFFERED=1
+ap() { "$py" -m ansible.cli.playbook "$@"; }   # ansible-playbook without relying on PATH scripts
+state_hash() {
+  { for k in vm/swappiness vm/dirty_ratio vm/dirty_background_ratio kernel/numa_balancing vm/max_map_count; do
+      printf '%s=%s\n' "$k" "$(cat /proc/sys/$k)"; done
+    grep ' /dev/shm ' /proc/mounts
+    for f in /proc/irq/*/smp_affinity_list; do printf '%s=%s\n' "$f" "$(cat "$f" 2>/dev/null)"; done
+    for f in /etc/fstab /etc/nccl.conf /etc/security/limits.d/60-stacktune-memlock.conf; do
+      [ -e "$f" ] && sha256sum "$f" || echo "$f absent"; done
+    ls /etc/sysctl.d /etc/tmpfiles.d 2>/dev/null
+    nvidia-smi --query-gpu=persistence_mode,power.limit --format=csv,noheader
+  } | tee "$OUT/state-$1.txt" | sha256sum | cut -c1-16
+}
+run() { echo; echo "===== $* ($(date -u +%T))"; "$@"; echo "===== rc=$? $1"; }
+for step in $steps; do
+  case "$step" in
+    capture) run env PYTHONPATH="collections:${PYTHONPATH:-}" "$py" tests/gpu/capture_topology.py "$OUT/h200.json" ;;
+    pytest) run "$py" -m pytest -m gpu -o addopts="" -p no:cacheprovider --import-mode=importlib -q tests/gpu ;;
+    facts) run ap playbooks/facts.yml -e stacktune_report_dir="$OUT/reports" ;;
+    bench) run env PYTHONPATH="collections:${PYTHONPATH:-}" "$py" benchmarks/gpu_workloads.py ;;
+    tune)
+      echo "state hash before tune: $(state_hash before)"
+      run ap tune.yml -e stacktune_report_dir="$OUT/reports" -e stacktune_bench_workload=gemm -e '{"stacktune_bench_size": 4096}'
+      run ap tune.yml -e stacktune_report_dir="$OUT/reports" -e stacktune_bench_workload=gemm -e '{"stacktune_bench_size": 4096}'
+      run ap playbooks/verify.yml
+      run ap playbooks/drift.yml
+      echo "state hash after tune: $(state_hash tuned)"
+      run ap playbooks/rollback.yml
+      echo "state hash after rollback: $(state_hash after)"
+      diff "$OUT/state-before.txt" "$OUT/state-after.txt" && echo "ROLLBACK EXACT: state after rollback == before tune"
+      ;;
+    acceptance)
+      run ap playbooks/acceptance.yml -e stacktune_report_dir="$OUT/reports" -e acceptance_level=standard
+      run ap playbooks/acceptance.yml -e stacktune_report_dir="$OUT/reports" -e acceptance_level=standard -e acceptance_perturb_round=2
+      ;;
+  esac
+done
+tar -C "$OUT" -czf "$OUT/../gpu-run.tgz" . 2>/dev/null && mv "$OUT/../gpu-run.tgz" "$OUT/gpu-run.tgz"
