@@ -450,7 +450,21 @@ class Engine(object):
         """Settings a layer no longer asks for go back to their original values."""
         rows = []
         for snap in orphan_units:
-            self.restore_unit(snap)
+            if self.restore_unit(snap):
+                rows.append(
+                    {
+                        "id": "unit:%s" % snap["path"],
+                        "kind": "unit",
+                        "key": snap["path"],
+                        "expected": None,
+                        "live": None,
+                        "persisted": None,
+                        "persisted_in": snap["path"],
+                        "status": "changed",
+                        "reason": "no longer requested: restored",
+                        "changed": True,
+                    }
+                )
         for s in removed:
             original = entry["original"]["live"].get(s["id"])
             obs = self.observe(s)

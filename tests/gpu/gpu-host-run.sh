@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # GPU tier on a real NVIDIA host that has no package registry: installs the carried
 # ansible-core wheels (.whl/, see docs/gpu-host.md), then runs, recording everything
-# under $OUT (default ./gpu-run): the topology capture, the GPU pytest tier, the facts
+# under RUN_DIR (default /tmp/stacktune-gpu-run; packed into $OUT/gpu-run.tgz when OUT is
+# set): the topology capture, the GPU pytest tier, the facts
 # playbook, the GPU workloads, tune.yml with the gate on the GPU workload, verify/drift,
 # rollback with state hashes before and after, and acceptance (normal and perturbed).
 # Usage: bash tests/gpu/gpu-host-run.sh [steps...]   (default: all steps)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT="${OUT:-$PWD/gpu-run}"
-mkdir -p "$OUT"
-log="$OUT/gpu-host-run.log"
+RUN_DIR="${RUN_DIR:-/tmp/stacktune-gpu-run}"
+mkdir -p "$RUN_DIR"
+log="$RUN_DIR/gpu-host-run.log"
 exec > >(tee -a "$log") 2>&1
 steps="${*:-capture pytest facts bench tune acceptance}"
 py="${PYTHON:-python3}"
@@ -28,30 +29,30 @@ state_hash() {
       [ -e "$f" ] && sha256sum "$f" || echo "$f absent"; done
     ls /etc/sysctl.d /etc/tmpfiles.d 2>/dev/null
     nvidia-smi --query-gpu=persistence_mode,power.limit --format=csv,noheader
-  } | tee "$OUT/state-$1.txt" | sha256sum | cut -c1-16
+  } | tee "$RUN_DIR/state-$1.txt" | sha256sum | cut -c1-16
 }
 run() { echo; echo "===== $* ($(date -u +%T))"; "$@"; echo "===== rc=$? $1"; }
 for step in $steps; do
   case "$step" in
-    capture) run env PYTHONPATH="collections:${PYTHONPATH:-}" "$py" tests/gpu/capture_topology.py "$OUT/h200.json" ;;
+    capture) run env PYTHONPATH="collections:${PYTHONPATH:-}" "$py" tests/gpu/capture_topology.py "$RUN_DIR/h200.json" ;;
     pytest) run "$py" -m pytest -m gpu -o addopts="" -p no:cacheprovider --import-mode=importlib -q tests/gpu ;;
-    facts) run ap playbooks/facts.yml -e stacktune_report_dir="$OUT/reports" ;;
+    facts) run ap playbooks/facts.yml -e stacktune_report_dir="$RUN_DIR/reports" ;;
     bench) run env PYTHONPATH="collections:${PYTHONPATH:-}" "$py" benchmarks/gpu_workloads.py ;;
     tune)
       echo "state hash before tune: $(state_hash before)"
-      run ap tune.yml -e stacktune_report_dir="$OUT/reports" -e stacktune_bench_workload=gemm -e '{"stacktune_bench_size": 4096}'
-      run ap tune.yml -e stacktune_report_dir="$OUT/reports" -e stacktune_bench_workload=gemm -e '{"stacktune_bench_size": 4096}'
+      run ap tune.yml -e stacktune_report_dir="$RUN_DIR/reports" -e stacktune_bench_workload=gemm -e '{"stacktune_bench_size": 4096}'
+      run ap tune.yml -e stacktune_report_dir="$RUN_DIR/reports" -e stacktune_bench_workload=gemm -e '{"stacktune_bench_size": 4096}'
       run ap playbooks/verify.yml
       run ap playbooks/drift.yml
       echo "state hash after tune: $(state_hash tuned)"
       run ap playbooks/rollback.yml
       echo "state hash after rollback: $(state_hash after)"
-      diff "$OUT/state-before.txt" "$OUT/state-after.txt" && echo "ROLLBACK EXACT: state after rollback == before tune"
+      diff "$RUN_DIR/state-before.txt" "$RUN_DIR/state-after.txt" && echo "ROLLBACK EXACT: state after rollback == before tune"
       ;;
     acceptance)
-      run ap playbooks/acceptance.yml -e stacktune_report_dir="$OUT/reports" -e acceptance_level=standard
-      run ap playbooks/acceptance.yml -e stacktune_report_dir="$OUT/reports" -e acceptance_level=standard -e acceptance_perturb_round=2
+      run ap playbooks/acceptance.yml -e stacktune_report_dir="$RUN_DIR/reports" -e acceptance_level=standard
+      run ap playbooks/acceptance.yml -e stacktune_report_dir="$RUN_DIR/reports" -e acceptance_level=standard -e acceptance_perturb_round=2
       ;;
   esac
 done
-tar -C "$OUT" -czf "$OUT/../gpu-run.tgz" . 2>/dev/null && mv "$OUT/../gpu-run.tgz" "$OUT/gpu-run.tgz"
+if [ -n "${OUT:-}" ]; then tar -C "$RUN_DIR" -czf "$OUT/gpu-run.tgz" . && cp "$log" "$OUT/"; fi

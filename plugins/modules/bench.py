@@ -1,0 +1,464 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: bench
+short_description: Measure one block of a GPU or CPU workload and return raw per-step times
+version_added: 0.1.0
+author: stacktune maintainers (@stacktune)
+description:
+  - Runs a workload on the host for O(warmup) unmeasured steps and then O(steps) measured
+    steps, and returns every measured step time in milliseconds, the throughput, summary
+    quantiles and the conditions the block ran under (GPU clocks, temperature, power,
+    throttle reasons; host load and C(/dev/shm) size).
+  - One call is one block. To compare two states fairly, call it several times in
+    interleaved blocks (A B B A) and give the raw samples to the gate.
+  - Built-in workloads run in a separate interpreter (option O(python)) as a small
+    self-contained program written to a private temporary file and removed afterwards.
+    GPU workloads need PyTorch with CUDA in that interpreter; CPU workloads need only the
+    Python standard library.
+  - O(workload=command) measures the user's own program, which prints one step time per
+    line (see O(command)).
+  - A block is marked void when a hardware, thermal or power-brake throttle reason was
+    seen on a measured GPU before, during (polled every 0.1 s) or after it.
+  - The module never changes the host.
+options:
+  workload:
+    description:
+      - What to run.
+      - V(auto) runs V(gemm) when the O(python) interpreter has a CUDA-enabled PyTorch that
+        sees a GPU, else V(cpu_dataloader).
+      - "GPU (PyTorch): V(gemm) bf16 matrix multiply, TFLOP/s; V(h2d_pinned) and V(h2d_pageable)
+        host-to-device copies, GB/s; V(dataloader) a torch DataLoader with O(workers) worker
+        processes decoding and normalising 3x224x224 images, passing them through /dev/shm,
+        pin_memory=True, into the GPU, samples/s; V(allreduce) NCCL all-reduce over all local
+        GPUs (2 or more), bus bandwidth GB/s; V(train_step) forward, backward and AdamW step of
+        a small transformer under bf16 autocast, samples/s."
+      - "CPU (standard library only): V(cpu_dataloader) worker processes decode batches into
+        shared-memory blocks in /dev/shm, samples/s; V(shm_pingpong) round trip of a message
+        through shared memory with a semaphore handshake, steps/s; V(mem_touch) map anonymous
+        memory and touch every 4 KiB page (sensitive to transparent huge pages), GB/s;
+        V(cpu_train_step) a pure-Python linear-model training step, samples/s."
+      - V(command) runs O(command).
+    type: str
+    default: auto
+    choices: [auto, gemm, h2d_pinned, h2d_pageable, dataloader, allreduce, train_step,
+              cpu_dataloader, shm_pingpong, mem_touch, cpu_train_step, command]
+  steps:
+    description:
+      - Number of measured steps. For O(workload=command), the most step lines kept after the
+        warm-up; further lines are ignored.
+    type: int
+    default: 200
+  warmup:
+    description:
+      - Steps run first and discarded (compilation, caches, worker start-up, clock ramp).
+        Their count is returned as RV(warmup_discarded).
+    type: int
+    default: 20
+  python:
+    description:
+      - Interpreter that runs a built-in workload, for example C(/opt/torch/.venv/bin/python3)
+        for GPU workloads. Defaults to the interpreter running this module.
+      - Not used with O(workload=command).
+    type: path
+  device:
+    description:
+      - Index of the GPU to measure (as PyTorch numbers them). V(allreduce) always uses every
+        visible GPU. With O(workload=command), the GPU whose conditions are recorded.
+    type: int
+    default: 0
+  size:
+    description:
+      - Workload-specific size. Defaults
+        V(gemm) 8192 (matrix dimension N),
+        V(h2d_pinned)/V(h2d_pageable) 256 (MiB per copy),
+        V(dataloader) 64 (batch size),
+        V(allreduce) 256 (MiB of float32),
+        V(train_step) 32 (batch of 256-token sequences),
+        V(cpu_dataloader) 64 (batch size of 3x64x64 images),
+        V(shm_pingpong) 64 (message bytes),
+        V(mem_touch) 32 (MiB per step),
+        V(cpu_train_step) 16 (batch size).
+      - Ignored by O(workload=command).
+    type: int
+  workers:
+    description:
+      - Worker processes of V(dataloader) (0 loads in the main process) and
+        V(cpu_dataloader) (at least 1).
+    type: int
+    default: 4
+  cpus:
+    description:
+      - CPU list such as C(0-7,16) to pin the workload to, set with C(sched_setaffinity) inside
+        the workload process (worker processes inherit it). Default is no pinning.
+    type: str
+  command:
+    description:
+      - The argv of the user's own workload, for O(workload=command); run without a shell.
+      - >-
+        The command prints one step time in milliseconds per line, either a bare number
+        (C(12.5)) or a JSON object with a C(step_ms) field (C({"step_ms": 12.5})). Other lines
+        are ignored. A JSON line C({"throughput": 950.0, "unit": "img/s"}) sets the throughput;
+        without one the throughput is measured steps per second.
+      - A non-zero exit status, or no step line at all, fails the task.
+    type: list
+    elements: str
+  timeout:
+    description:
+      - Seconds the workload may run before it and all its child processes are killed and
+        the task fails.
+    type: int
+    default: 600
+  env:
+    description:
+      - Environment variables added to the workload's environment.
+    type: dict
+    default: {}
+  run_in_check_mode:
+    description:
+      - In check mode the module returns RV(skipped=true) without measuring, because a
+        measurement changes nothing but costs time. Set V(true) to measure in check mode too.
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    support: full
+    description: Skipped in check mode unless O(run_in_check_mode=true); never changes the host either way.
+  diff_mode:
+    support: none
+    description: Nothing is changed, so there is nothing to diff.
+  platform:
+    support: full
+    platforms: posix
+    description: Linux hosts; GPU workloads need NVIDIA GPUs and PyTorch with CUDA in O(python).
+notes:
+  - Conditions are read inside the workload process with C(pynvml) (package nvidia-ml-py)
+    when that interpreter can import it; otherwise GPU conditions are left out and
+    the C(nvml) key of RV(conditions) says why.
+  - The workloads, what each measures and the command format are described in the
+    collection's docs/bench.md.
+  - Software power capping does not void a block; a GPU under full load normally sits at
+    its power limit, and the power limit is itself a setting that can be tuned.
+"""
+
+EXAMPLES = r"""
+- name: Measure a bf16 GEMM block on GPU 0 with the PyTorch interpreter
+  stacktune.gpu.bench:
+    workload: gemm
+    python: /opt/torch/.venv/bin/python3
+    steps: 200
+    warmup: 20
+  register: gemm_block
+
+- name: Measure pinned host-to-device copies of 64 MiB
+  stacktune.gpu.bench:
+    workload: h2d_pinned
+    size: 64
+    python: /opt/torch/.venv/bin/python3
+
+- name: CPU-only block (no GPU, no PyTorch needed), pinned to CPUs 0-3
+  stacktune.gpu.bench:
+    workload: cpu_dataloader
+    workers: 4
+    cpus: "0-3"
+
+- name: Measure the user's own training script, which prints one step_ms JSON line per step
+  stacktune.gpu.bench:
+    workload: command
+    command:
+      - /opt/torch/.venv/bin/python3
+      - /srv/train/bench_step.py
+      - --steps
+      - "220"
+    warmup: 20
+    env:
+      CUDA_VISIBLE_DEVICES: "0"
+"""
+
+RETURN = r"""
+samples_ms:
+  description: Measured step times in milliseconds, in the order they ran, warm-up excluded.
+  returned: success, when not skipped
+  type: list
+  elements: float
+  sample: [1.641, 1.637, 1.652]
+warmup_discarded:
+  description: Number of warm-up steps run and discarded before the measured ones.
+  returned: success, when not skipped
+  type: int
+  sample: 20
+throughput:
+  description:
+    - Work over the block divided by the summed step time (TFLOP/s, GB/s, samples/s or
+      steps/s), or what a command printed on a C(throughput) line.
+    - For V(allreduce) it is bus bandwidth, algorithm bandwidth times 2(n-1)/n.
+  returned: success, when not skipped
+  type: dict
+  sample: {"value": 671.5, "unit": "TFLOP/s"}
+summary:
+  description:
+    - Count, mean, stdev, min, max, p50, p90, p99 and p99.9 of RV(samples_ms), in ms.
+    - A quantile is null when there are too few samples for it (p99 needs 100, p99.9 1000).
+  returned: success, when not skipped
+  type: dict
+  sample: {"count": 200, "mean_ms": 1.64, "stdev_ms": 0.01, "min_ms": 1.62, "max_ms": 1.71,
+           "p50_ms": 1.637, "p90_ms": 1.65, "p99_ms": 1.708, "p999_ms": null}
+conditions:
+  description:
+    - State of the host and measured GPUs at the start (C(before)) and end (C(after)) of the
+      measured steps, and what polling saw in between (C(during), per GPU index).
+    - C(before.host) and C(after.host) hold cpu_count, affinity_cpus, loadavg_1m/5m/15m,
+      shm_size_bytes, shm_free_bytes, thp_enabled, mem_available_bytes.
+    - C(before.gpus) and C(after.gpus) list index, name, sm_clock_mhz, mem_clock_mhz,
+      temperature_c, power_w and throttle_reasons (names such as sw_power_cap, hw_slowdown).
+    - C(during) maps GPU index to polls, throttle_reasons_seen, sm_clock_min_mhz,
+      sm_clock_max_mhz, temperature_max_c, power_max_w.
+    - C(nvml) is V(ok), V(not used) (CPU workloads) or why NVML could not be read.
+  returned: success, when not skipped
+  type: dict
+void:
+  description:
+    - True when a hardware, thermal or power-brake throttle reason was seen on a measured GPU.
+    - A void block measured the cooling or the power supply, not the software; discard it and repeat.
+  returned: success, when not skipped
+  type: bool
+  sample: false
+void_reason:
+  description: Which GPU showed which reasons, when RV(void) is true; null otherwise.
+  returned: success, when not skipped
+  type: str
+  sample: "clocks were held down during the block (GPU 0: hw_thermal_slowdown)"
+workload:
+  description: The workload that ran (V(auto) resolved to what it chose).
+  returned: always
+  type: str
+  sample: gemm
+elapsed_s:
+  description: Wall time of the whole call in seconds, interpreter start-up and warm-up included.
+  returned: success, when not skipped
+  type: float
+  sample: 4.812
+details:
+  description:
+    - How the block ran, for the report. For built-in workloads size, size_meaning, python,
+      python_version, cpus (the affinity it ran with), measure_s and info (workload specific,
+      e.g. torch and CUDA versions, GPU name, loss values). For V(command), the argv, the exit
+      status and the number of step lines printed.
+  returned: success, when not skipped
+  type: dict
+skipped:
+  description: True in check mode unless O(run_in_check_mode=true).
+  returned: check mode
+  type: bool
+  sample: true
+"""
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.stacktune.gpu.plugins.module_utils import _workloads
+from ansible_collections.stacktune.gpu.plugins.module_utils._bench import (
+    COMMAND_FORMAT,
+    WORKLOAD_CHOICES,
+    build_result,
+    compute_throughput,
+    parse_command_output,
+    parse_program_output,
+    program_args,
+    split_warmup,
+    tail,
+    validate_options,
+)
+
+PROGRAM_NAME = "stacktune_workload.py"
+
+ARGUMENT_SPEC = dict(
+    workload=dict(type="str", default="auto", choices=list(WORKLOAD_CHOICES)),
+    steps=dict(type="int", default=200),
+    warmup=dict(type="int", default=20),
+    python=dict(type="path"),
+    device=dict(type="int", default=0),
+    size=dict(type="int"),
+    workers=dict(type="int", default=4),
+    cpus=dict(type="str"),
+    command=dict(type="list", elements="str"),
+    timeout=dict(type="int", default=600),
+    env=dict(type="dict", default={}),
+    run_in_check_mode=dict(type="bool", default=False),
+)
+
+
+class BenchFailure(Exception):
+    """A block could not be measured; ``msg`` is the task's message, ``extra`` its other keys."""
+
+    def __init__(self, msg, **extra):
+        super().__init__(msg)
+        self.msg = msg
+        self.extra = extra
+
+
+def workload_source():
+    """Source text of the workload program (also when module_utils come from a zip)."""
+    loader = getattr(_workloads, "__loader__", None)
+    if loader is not None and hasattr(loader, "get_source"):
+        source = loader.get_source(_workloads.__name__)
+        if source:
+            return source
+    with open(_workloads.__file__) as handle:
+        return handle.read()
+
+
+def run_process(what, argv, env, timeout, cpus=None, cwd=None):
+    """Run argv (see _workloads.run_process); turn start failures and timeouts into BenchFailure."""
+    try:
+        rc, out, err, timed_out = _workloads.run_process(argv, env, timeout, cpus=cpus, cwd=cwd)
+    except (OSError, ValueError) as exc:
+        raise BenchFailure("Failed to start %s: %s" % (what, exc), cmd=argv) from None
+    if timed_out:
+        raise BenchFailure(
+            "Failed to run %s: still running after timeout=%d s, killed it and its children" % (what, timeout),
+            stdout_tail=tail(out),
+            stderr_tail=tail(err),
+        )
+    return rc, out, err
+
+
+def run_builtin(params):
+    """Measure a built-in workload in the ``python`` interpreter; return the module result."""
+    python = params["python"] or sys.executable
+    requested = params["workload"]
+    env = dict(os.environ)
+    env.update(params["env"])
+    tmpdir = tempfile.mkdtemp(prefix="stacktune-bench-")  # mode 0700
+    try:
+        path = os.path.join(tmpdir, PROGRAM_NAME)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(workload_source())
+        argv = [python, path, program_args(params, requested)]
+        started = time.time()
+        rc, out, err = run_process("workload %s" % requested, argv, env, params["timeout"], cwd=tmpdir)
+        elapsed = time.time() - started
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+    try:
+        doc = parse_program_output(out)
+    except ValueError as exc:
+        raise BenchFailure(
+            "Failed to run workload %s with %s: %s (exit status %d)" % (requested, python, exc, rc),
+            rc=rc,
+            stderr_tail=tail(err),
+        ) from None
+    if "error" in doc:
+        extra = {"rc": rc, "stderr_tail": tail(err)}
+        if doc.get("traceback"):
+            extra["exception"] = doc["traceback"]
+        raise BenchFailure("Failed to run workload %s with %s: %s" % (requested, python, doc["error"]), **extra)
+    if rc != 0:
+        raise BenchFailure(
+            "Failed to run workload %s with %s: exit status %d" % (requested, python, rc),
+            rc=rc,
+            stderr_tail=tail(err),
+        )
+    throughput = compute_throughput(doc["samples_ms"], doc["work_per_step"], doc["work_unit"])
+    keys = ("size", "size_meaning", "python", "python_version", "cpus", "measure_s", "info")
+    details = {key: doc.get(key) for key in keys}
+    return build_result(
+        doc["workload"], doc["samples_ms"], doc["warmup"], throughput, doc["conditions"], elapsed, details
+    )
+
+
+def run_user_command(params):
+    """Measure the user's command; return the module result."""
+    argv = params["command"]
+    env = dict(os.environ)
+    env.update(params["env"])
+    monitor = _workloads.Monitor([{"index": params["device"], "uuid": None}])
+    started = time.time()
+    monitor.begin()
+    try:
+        rc, out, err = run_process("command %s" % argv[0], argv, env, params["timeout"], cpus=params["cpus"])
+    finally:
+        monitor.end()
+        conditions = monitor.result()
+    elapsed = time.time() - started
+    if rc != 0:
+        last = tail(err, lines=5, chars=1000)
+        raise BenchFailure(
+            "Failed to run command %s: exit status %d%s" % (argv[0], rc, (": " + last) if last else ""),
+            rc=rc,
+            cmd=argv,
+            stderr_tail=tail(err),
+            stdout_tail=tail(out),
+        )
+    try:
+        steps_ms, printed_throughput = parse_command_output(out)
+        if not steps_ms:
+            raise ValueError("it printed no step lines; expected %s" % COMMAND_FORMAT)
+        kept = split_warmup(steps_ms, params["warmup"], params["steps"])
+    except ValueError as exc:
+        raise BenchFailure(
+            "Failed to read step times from command %s: %s" % (argv[0], exc), cmd=argv, stdout_tail=tail(out)
+        ) from None
+    throughput = printed_throughput or compute_throughput(kept, 1.0, "steps")
+    details = {"command": argv, "rc": rc, "step_lines": len(steps_ms), "cpus": params["cpus"]}
+    return build_result("command", kept, params["warmup"], throughput, conditions, elapsed, details)
+
+
+def measure(params):
+    """Validate options (a dict shaped like ARGUMENT_SPEC) and measure one block.
+
+    Raises BenchFailure. This is the whole module minus Ansible's argument handling, so
+    benchmarks and the GPU test tier run exactly the code a task runs.
+    """
+    try:
+        params = validate_options(params)
+    except ValueError as exc:
+        raise BenchFailure("Failed to validate bench options: %s" % exc) from None
+    if params["workload"] == "command":
+        return run_user_command(params)
+    return run_builtin(params)
+
+
+def default_params(**overrides):
+    """ARGUMENT_SPEC defaults updated with ``overrides``, for callers outside Ansible."""
+    params = {name: spec.get("default") for name, spec in ARGUMENT_SPEC.items()}
+    params.update(overrides)
+    return params
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=ARGUMENT_SPEC,
+        required_if=[("workload", "command", ("command",))],
+        supports_check_mode=True,
+    )
+    if module.check_mode and not module.params["run_in_check_mode"]:
+        module.exit_json(
+            changed=False,
+            skipped=True,
+            workload=module.params["workload"],
+            msg="Measuring is skipped in check mode; set run_in_check_mode=true to measure anyway",
+        )
+    try:
+        result = measure(module.params)
+    except BenchFailure as exc:
+        module.fail_json(msg=exc.msg, **exc.extra)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
