@@ -31,6 +31,8 @@ state_hash() {
     nvidia-smi --query-gpu=persistence_mode,power.limit --format=csv,noheader
   } | tee "$RUN_DIR/state-$1.txt" | sha256sum | cut -c1-16
 }
+# the GPU host has no package manager state worth holding (image, no apt index): the driver layer is left out
+[ -n "${TUNE_VARS:-}" ] || TUNE_VARS='{"stacktune_bench_size": 4096, "stacktune_layers": ["bios", "memory", "kernel", "numa_irq", "gpu_settings", "nccl"]}'
 run() { echo; echo "===== $* ($(date -u +%T))"; "$@"; echo "===== rc=$? $1"; }
 for step in $steps; do
   case "$step" in
@@ -40,8 +42,8 @@ for step in $steps; do
     bench) run env PYTHONPATH="collections:${PYTHONPATH:-}" "$py" benchmarks/gpu_workloads.py ;;
     tune)
       echo "state hash before tune: $(state_hash before)"
-      run ap tune.yml -e stacktune_report_dir="$RUN_DIR/reports" -e stacktune_bench_workload=gemm -e '{"stacktune_bench_size": 4096}'
-      run ap tune.yml -e stacktune_report_dir="$RUN_DIR/reports" -e stacktune_bench_workload=gemm -e '{"stacktune_bench_size": 4096}'
+      run ap tune.yml -e stacktune_report_dir="$RUN_DIR/reports" -e stacktune_bench_workload=gemm -e "$TUNE_VARS"
+      run ap tune.yml -e stacktune_report_dir="$RUN_DIR/reports" -e stacktune_bench_workload=gemm -e "$TUNE_VARS"
       run ap playbooks/verify.yml
       run ap playbooks/drift.yml
       echo "state hash after tune: $(state_hash tuned)"
