@@ -18,7 +18,7 @@ if [ -d .whl ] && ! "$py" -c 'import ansible' 2>/dev/null; then
   "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
-export ANSIBLE_CONFIG="$PWD/ansible.cfg" ANSIBLE_CALLBACKS_ENABLED="" ANSIBLE_FORCE_COLOR=0 PYTHONUNBUFFERED=1
+export ANSIBLE_CONFIG="$PWD/ansible.cfg" ANSIBLE_FORCE_COLOR=0 PYTHONUNBUFFERED=1
 ap() { "$py" -m ansible.cli.playbook "$@"; }   # ansible-playbook without relying on PATH scripts
 state_hash() {
   { for k in vm/swappiness vm/dirty_ratio vm/dirty_background_ratio kernel/numa_balancing vm/max_map_count; do
