@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # -*- coding: utf-8 -*-
 # Copyright: stacktune contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
@@ -41,7 +40,7 @@ def summary(samples_ms):
 
 def in_process(n):
     samples, last = [], None
-    for _ in range(n):
+    for _unused in range(n):
         start = time.perf_counter()
         raw = capture()
         last = assemble(raw)
@@ -57,7 +56,7 @@ def ansible_runs(ansible, n):
         "ping": [ansible, "localhost", "-c", "local", "-m", "ping"],
     }
     samples = {name: [] for name in commands}
-    for _ in range(n):
+    for _unused in range(n):
         for name, argv in commands.items():  # interleaved, so drift hits both alike
             start = time.perf_counter()
             proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False)

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # -*- coding: utf-8 -*-
 # Copyright: stacktune contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
@@ -54,14 +53,14 @@ SIGMA = 0.2
 
 
 def lognormal(rng, n, median=MEDIAN_MS, sigma=SIGMA):
-    return [median * rng.lognormvariate(0.0, sigma) for _ in range(n)]
+    return [median * rng.lognormvariate(0.0, sigma) for _unused in range(n)]
 
 
 def tail_inflated(rng, n, median=MEDIAN_MS, sigma=SIGMA, start=0.98, at_p99=1.25):
     """Lognormal whose top (1 - start) is stretched: factor 1 at ``start``, ``at_p99`` at 0.99."""
     slope = (at_p99 - 1.0) / (0.99 - start)
     out = []
-    for _ in range(n):
+    for _unused in range(n):
         u = rng.random()
         while u <= 0.0:
             u = rng.random()
@@ -86,7 +85,7 @@ def field_after(rng, n):
     body_mean = (base_mean / FIELD_GAIN - SPIKE_SHARE * SPIKE_MS) / (1.0 - SPIKE_SHARE)
     scale = body_mean / base_mean
     out = []
-    for _ in range(n):
+    for _unused in range(n):
         if rng.random() < SPIKE_SHARE:
             out.append(SPIKE_MS * rng.lognormvariate(0.0, 0.02))
         else:
@@ -195,7 +194,7 @@ ROWS = [
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--draws", type=int, default=200, help="simulated before/after pairs per row (default 200)")
     parser.add_argument("--seed", type=int, default=1, help="base seed of the simulation (default 1)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: all cores)")
@@ -204,7 +203,7 @@ def main(argv=None):
         parser.error("--draws must be at least 1")
 
     started = time.perf_counter()
-    tasks = [(args.seed, sc, n, i) for sc, n, _, _, _ in ROWS for i in range(args.draws)]
+    tasks = [(args.seed, sc, n, i) for sc, n, _unused, _unused, _unused in ROWS for i in range(args.draws)]
     if args.jobs > 1:
         with multiprocessing.Pool(args.jobs) as pool:
             results = pool.map(one_draw, tasks, chunksize=8)

@@ -61,9 +61,12 @@ def unit_key(unit):
     return "%s:%s" % (unit["type"], unit["path"])
 
 
+def _setting_id(s):
+    return s["id"]
+
+
 def _same_settings(a, b):
-    key = lambda s: s["id"]  # noqa: E731
-    return sorted(a or [], key=key) == sorted(b or [], key=key)
+    return sorted(a or [], key=_setting_id) == sorted(b or [], key=_setting_id)
 
 
 class Engine(object):

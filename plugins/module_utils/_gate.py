@@ -228,7 +228,7 @@ def _boot_quantile(rng, xs, q, resamples):
     beta, rand, last = rng.betavariate, rng.random, n - 1
     out = []
     append = out.append
-    for _ in range(resamples):
+    for _unused in range(resamples):
         u = beta(k, n - k + 1)
         i1 = int(u * n)
         v = xs[i1 if i1 < last else last]
@@ -263,7 +263,7 @@ def _boot_tail_mean(rng, xs, q, resamples):
     rand, last = rng.random, n - 1
     out = []
     append = out.append
-    for _ in range(resamples):
+    for _unused in range(resamples):
         u = 1.0
         total = 0.0
         for e in exps:
@@ -730,7 +730,7 @@ def noise_floor(a1, a2, tail_quantile=0.99, confidence=0.95, seed=None, resample
     out["%s_ratio_ci" % quantile_label(tail_quantile)] = out["tail_ratio_ci"]
     out["tail_tolerance"] = _sig(max(0.0, out["tail_ratio_ci"][1] - 1.0)) if out["tail_ratio_ci"] else None
     if out["throughput_ratio_ci"]:
-        lo, hi = out["throughput_ratio_ci"]
+        lo, hi = out["throughput_ratio_ci"][0], out["throughput_ratio_ci"][1]
         out["min_gain"] = _sig(max(0.0, hi - 1.0, 1.0 - lo))
     else:
         out["min_gain"] = None

@@ -341,7 +341,7 @@ def _topology_raw(nvml, handles, errors):
     """Common-ancestor level (NVML_TOPOLOGY_* number) for each GPU pair; None on the diagonal."""
     func = getattr(nvml, "nvmlDeviceGetTopologyCommonAncestor", None)
     n = len(handles)
-    matrix = [[None] * n for _ in range(n)]
+    matrix = [[None] * n for _unused in range(n)]
     if func is None:
         return matrix
     for i in range(n):

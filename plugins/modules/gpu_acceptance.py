@@ -89,6 +89,7 @@ attributes:
     support: full
     description: Never reports changed.
   platform:
+    support: full
     platforms: [posix]
     description: Linux hosts with NVIDIA GPUs and PyTorch.
 notes:

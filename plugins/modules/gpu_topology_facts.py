@@ -70,7 +70,7 @@ attributes:
     description: Linux hosts (sysfs and procfs); tested on Debian and Ubuntu.
   idempotent:
     support: full
-    description: Never changes the host; always reports O(changed=false).
+    description: Never changes the host; always reports C(changed=false).
 notes:
   - C(numa_node) of a GPU is the PCI device's node from sysfs (the node whose CPUs are
     local to it); when sysfs reports none, NVML's NUMA node, then the one node holding all

@@ -98,6 +98,7 @@ attributes:
     support: full
     description: Read-only; never reports changed.
   platform:
+    support: full
     platforms: [posix]
     description: Linux hosts with NVIDIA GPUs (or none, to report their absence).
 notes:

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # -*- coding: utf-8 -*-
 # Copyright: stacktune contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
@@ -43,7 +42,7 @@ def compact(raw):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("output", help="path of the JSON file to write")
     parser.add_argument("--no-nics", action="store_true", help="do not record network interfaces")
     parser.add_argument("--no-libraries", action="store_true", help="do not look for CUDA/cuDNN/NCCL libraries")

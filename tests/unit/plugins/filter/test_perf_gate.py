@@ -27,7 +27,7 @@ PLUGIN_DIR = os.path.dirname(plugin.__file__)
 
 def lognormal(seed, n, median=10.0, sigma=0.2):
     rng = random.Random(seed)
-    return [median * rng.lognormvariate(0.0, sigma) for _ in range(n)]
+    return [median * rng.lognormvariate(0.0, sigma) for _unused in range(n)]
 
 
 def render(template, **variables):

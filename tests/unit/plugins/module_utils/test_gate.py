@@ -32,14 +32,14 @@ INV = NormalDist().inv_cdf
 
 def lognormal(seed, n, median=10.0, sigma=0.2):
     rng = random.Random(seed)
-    return [median * rng.lognormvariate(0.0, sigma) for _ in range(n)]
+    return [median * rng.lognormvariate(0.0, sigma) for _unused in range(n)]
 
 
 def tail_inflated(seed, n, median=10.0, sigma=0.2):
     """Top 2% stretched: x1 at the 98th percentile, x1.25 at the 99th; the median is untouched."""
     rng = random.Random(seed)
     out = []
-    for _ in range(n):
+    for _unused in range(n):
         u = min(max(rng.random(), 1e-12), 1 - 1e-12)
         x = median * math.exp(sigma * INV(u))
         if u > 0.98:
@@ -52,12 +52,12 @@ def field_case(seed, n):
     """Baseline p99 ~18 ms; after: body faster, +8% throughput, 1.5% of steps at ~203 ms."""
     rng = random.Random(seed)
     sigma = math.log(18.0 / 12.0) / INV(0.99)
-    before = [12.0 * rng.lognormvariate(0.0, sigma) for _ in range(n)]
+    before = [12.0 * rng.lognormvariate(0.0, sigma) for _unused in range(n)]
     base_mean = 12.0 * math.exp(sigma**2 / 2)
     scale = ((base_mean / 1.08 - 0.015 * 203.0) / 0.985) / base_mean
     after = [
         203.0 * rng.lognormvariate(0.0, 0.02) if rng.random() < 0.015 else scale * 12.0 * rng.lognormvariate(0.0, sigma)
-        for _ in range(n)
+        for _unused in range(n)
     ]
     return before, after
 
@@ -295,7 +295,7 @@ def test_order_stat_ci_covers_the_true_quantile():
     hits = 0
     for i in range(200):
         rng = random.Random(1000 + i)
-        xs = sorted(rng.random() for _ in range(400))
+        xs = sorted(rng.random() for _unused in range(400))
         lo, hi = order_stat_ci(xs, 0.9)
         hits += lo <= 0.9 <= hi
     assert 0.92 * 200 <= hits <= 200
@@ -304,18 +304,18 @@ def test_order_stat_ci_covers_the_true_quantile():
 
 def test_bootstrap_quantile_matches_brute_force_resampling():
     rng = random.Random(5)
-    xs = sorted(rng.lognormvariate(0, 0.3) for _ in range(200))
+    xs = sorted(rng.lognormvariate(0, 0.3) for _unused in range(200))
     exact = sorted(_gate._boot_quantile(random.Random(6), xs, 0.95, 6000))
-    brute = sorted(quantile(sorted(rng.choices(xs, k=200)), 0.95) for _ in range(6000))
+    brute = sorted(quantile(sorted(rng.choices(xs, k=200)), 0.95) for _unused in range(6000))
     for p in (0.05, 0.5, 0.95):
         assert quantile(exact, p) == pytest.approx(quantile(brute, p), rel=0.02)
 
 
 def test_bootstrap_tail_mean_matches_brute_force_resampling():
     rng = random.Random(7)
-    xs = sorted(rng.lognormvariate(0, 0.3) for _ in range(300))
+    xs = sorted(rng.lognormvariate(0, 0.3) for _unused in range(300))
     exact = sorted(_gate._boot_tail_mean(random.Random(8), xs, 0.97, 6000))
-    brute = sorted(_gate.tail_mean(sorted(rng.choices(xs, k=300)), 0.97) for _ in range(6000))
+    brute = sorted(_gate.tail_mean(sorted(rng.choices(xs, k=300)), 0.97) for _unused in range(6000))
     for p in (0.05, 0.5, 0.95):
         assert quantile(exact, p) == pytest.approx(quantile(brute, p), rel=0.02)
 
