@@ -4,6 +4,11 @@ SHELL := /bin/bash
 VENV ?= .venv
 export VENV
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+# Resolve stacktune.gpu from this working tree (collections/ links to it), never from an
+# older copy installed elsewhere.
+export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/collections
+# Tools that install the collection for themselves (molecule) do so under .cache/, not ~/.ansible.
+export ANSIBLE_HOME := $(CURDIR)/.cache/ansible-home
 export CONTAINERS_CONF := $(CURDIR)/tests/molecule/containers.conf
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # Extra arguments for ansible-playbook, e.g. make tune ARGS="--check --diff"
@@ -35,6 +40,7 @@ lint: deps-test
 	ruff check $(PY_SOURCES)
 	ruff format --check $(PY_SOURCES)
 	yamllint -s .
+	rm -rf .cache/ansible-home/collections/ansible_collections/stacktune
 	ansible-lint
 
 sanity: deps-test
