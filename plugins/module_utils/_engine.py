@@ -11,6 +11,13 @@ persisted state) -> plan -> write-ahead journal (originals and the pre-apply sna
 journal. ``verify`` observes only; ``restore`` puts the units and live values of a layer
 back to its pre-apply snapshot or to the pre-stacktune original.
 
+Crash safety: the journal entry is saved (atomically) with state ``applying`` and the
+pre-apply snapshot before the first write. A layer found ``applying`` was interrupted
+mid-write: ``apply`` first puts it back to that snapshot and then applies afresh, so a
+re-run converges to what an uninterrupted run does and reports (and measures) the change.
+``recover`` does the same for a layer an interrupted run left ``applied`` but never
+judged by the gate. Restores are idempotent: a restore killed halfway is simply run again.
+
 Per-setting status: ``ok`` (already as wanted), ``changed``, ``drift`` (verify: differs),
 ``pending_reboot`` (persisted, takes effect at boot) or ``unsupported`` (with the reason,
 e.g. a read-only /proc/sys in a container: the value is persisted, not applied live).
@@ -63,6 +70,10 @@ def unit_key(unit):
 
 def _setting_id(s):
     return s["id"]
+
+
+def kill_point(point, layer):
+    fileops.kill_point(point, layer)
 
 
 def _same_settings(a, b):
@@ -214,10 +225,11 @@ class Engine(object):
 
     def write_unit(self, unit, text):
         path = self.ctx.path(unit["path"])
+        hook = {"kill_at": "mid_unit_write", "layer": self.ctx.layer}
         if unit["type"] == "dropin":
-            fileops.atomic_write(path, text.encode("utf-8"), 0o644)
+            fileops.atomic_write(path, text.encode("utf-8"), 0o644, **hook)
         elif unit["type"] == "file":
-            fileops.atomic_write(path, text.encode("utf-8"), int(unit.get("mode", "0644"), 8))
+            fileops.atomic_write(path, text.encode("utf-8"), int(unit.get("mode", "0644"), 8), **hook)
         else:
             self._write_line(unit, text)
 
@@ -237,13 +249,16 @@ class Engine(object):
         else:
             lines.append(new_line)
         data = ("\n".join(lines) + "\n") if lines else ""
+        hook = {"kill_at": "mid_unit_write", "layer": self.ctx.layer}
         if snap.get("exists"):
-            fileops.atomic_write(path, data.encode("utf-8"), int(snap["mode"], 8), snap["uid"], snap["gid"])
+            fileops.atomic_write(path, data.encode("utf-8"), int(snap["mode"], 8), snap["uid"], snap["gid"], **hook)
         else:
-            fileops.atomic_write(path, data.encode("utf-8"), 0o644)
+            fileops.atomic_write(path, data.encode("utf-8"), 0o644, **hook)
 
     def restore_unit(self, snap):
         """Put a unit back as snapshotted. Returns True when something changed."""
+        if not self.check_mode:
+            fileops.sweep_temp(os.path.dirname(self.ctx.path(snap["path"])))
         if snap["type"] == "line":
             unit = {"type": "line", "path": snap["path"], "match": snap["match"], "kind": snap["kind"]}
             if self.read_unit(unit) == snap["line"]:
@@ -319,6 +334,11 @@ class Engine(object):
     def apply(self, specs, run_id, from_journal=False):
         layer = self.ctx.layer
         entry = self.journal.load(layer) or new_entry(layer)
+        interrupted = entry["state"] == "applying" and entry.get("snapshot")
+        if interrupted and not self.check_mode:
+            self.recover(run_id, entry=entry, states=("applying",))
+            entry = self.journal.load(layer) or new_entry(layer)
+            interrupted = False
         if from_journal:
             if entry["state"] not in ACTIVE_STATES:
                 return self._summary(
@@ -359,6 +379,9 @@ class Engine(object):
 
         rows = []
         if self.check_mode:
+            if interrupted:
+                # the real run first puts the interrupted layer back to its snapshot
+                unit_changes, live_changes = self._changes_from_snapshot(entry["snapshot"], units, settings, before)
             for s in settings:
                 obs = before[s["id"]]
                 wrote = s in live_changes or any(s["id"] in u["settings"] for u in unit_changes.values())
@@ -405,6 +428,7 @@ class Engine(object):
         entry["run_id"] = run_id
         entry["pending"] = copy.deepcopy(settings)
         self.journal.save(entry)
+        kill_point("after_journal_write_ahead", layer)
 
         # persistence first, then live values
         changed_kinds = {}
@@ -415,6 +439,7 @@ class Engine(object):
         for kind_name, keys in sorted(changed_kinds.items()):
             if kind_name in KINDS:
                 self.notes.extend(KINDS[kind_name].after_persist(self.ctx, keys))
+        kill_point("after_units_written", layer)
         refused = {}
         for s in live_changes:
             try:
@@ -422,6 +447,7 @@ class Engine(object):
             except (OSError, IOError) as exc:
                 refused[s["id"]] = "the kernel refused the write: %s" % exc
         rows.extend(self._restore_removed(removed, entry, orphan_units))
+        kill_point("after_live_written", layer)
 
         for s in settings:
             obs = self.observe(s)
@@ -433,7 +459,11 @@ class Engine(object):
             status, reason = self.status_of(s, obs, wrote=wrote)
             rows.append(self.result_row(s, obs, status, reason, wrote, before=before[s["id"]]))
 
-        entry["state"] = "applied"
+        # a run that changed nothing leaves a kept layer kept (and its gate decision standing)
+        unchanged = not any(r["changed"] for r in rows) and _same_settings(previous, settings)
+        entry["state"] = "kept" if unchanged and entry["snapshot"].get("state") == "kept" else "applied"
+        if entry["state"] == "kept":
+            entry["snapshot"] = None
         entry["settings"] = settings
         entry.pop("pending", None)
         if not settings:
@@ -441,6 +471,7 @@ class Engine(object):
             entry["state"] = "restored"
         changed_ids = [r["id"] for r in rows if r["changed"]]
         entry["history"].append({"time": now(), "run_id": run_id, "action": "apply", "changed": changed_ids})
+        kill_point("before_journal_final", layer)
         self.journal.save(entry)
         self.journal.event({"time": now(), "run_id": run_id, "layer": layer, "action": "apply", "changed": changed_ids})
         return self._summary("present", rows, unsupported, entry)
@@ -492,6 +523,71 @@ class Engine(object):
             )
         return rows
 
+    def _changes_from_snapshot(self, snap, units, settings, before):
+        """Unit and live changes a real run makes once an interrupted layer is back at snap."""
+        unit_changes = {}
+        for key, u in units.items():
+            old = snap["units"].get(key)
+            if old is None:
+                current = self.read_unit(u["unit"])
+            elif old["type"] == "line":
+                current = old["line"]
+            else:
+                current = fileops.snapshot_text(old)
+            if current != u["text"]:
+                unit_changes[key] = u
+        live_changes = []
+        for s in settings:
+            kind = KINDS[s["kind"]]
+            if not before[s["id"]]["writable"] or getattr(kind, "unit_is_live", False):
+                continue
+            old = snap["live"].get(s["id"], before[s["id"]]["live"])
+            if not kind.same(old, s["value"]):
+                live_changes.append(s)
+        return unit_changes, live_changes
+
+    # ------------------------------------------------------------------ recover
+    def recover(self, run_id, entry=None, states=("applying", "applied")):
+        """Put back a layer that an interrupted run left mid-apply or never judged.
+
+        A layer in state ``applying`` (killed while writing) or ``applied`` by another run
+        (killed before the gate decided) returns to the snapshot taken before that apply,
+        and the journal returns to the state it had then, so the next apply starts from
+        the same place an uninterrupted run did. Nothing is marked rejected.
+        """
+        layer = self.ctx.layer
+        entry = entry or self.journal.load(layer)
+        if (
+            entry is None
+            or entry["state"] not in states
+            or not entry.get("snapshot")
+            or (entry["state"] == "applied" and entry.get("run_id") == run_id)
+        ):
+            return self._summary("recovered", [], [], entry or new_entry(layer), changed=False)
+        interrupted_run, left_as = entry.get("run_id"), entry["state"]
+        snap = entry["snapshot"]
+        result = self.restore("snapshot", run_id, entry=entry, recovering=True)
+        if not self.check_mode:
+            entry = self.journal.load(layer)
+            entry["state"] = snap["state"]
+            entry["settings"] = copy.deepcopy(snap["settings"])
+            if not snap["settings"]:
+                entry["original"] = {"live": {}, "units": {}}
+            entry["snapshot"] = None
+            entry.pop("pending", None)
+            record = {"time": now(), "run_id": run_id, "action": "recover", "interrupted_run": interrupted_run}
+            entry["history"].append(record)
+            self.journal.save(entry)
+            record["layer"] = layer
+            self.journal.event(record)
+        result["action"] = "recovered"
+        result["layer_state"] = entry["state"] if not self.check_mode else snap["state"]
+        result["changed"] = True
+        result["notes"].append(
+            "layer %s was left %s by run %s: put back to its snapshot" % (layer, left_as, interrupted_run)
+        )
+        return result
+
     # ------------------------------------------------------------------ verify
     def verify(self, specs=None):
         entry = self.journal.load(self.ctx.layer) or new_entry(self.ctx.layer)
@@ -508,9 +604,9 @@ class Engine(object):
         return self._summary("verify", rows, unsupported, entry)
 
     # ------------------------------------------------------------------ restore
-    def restore(self, to, run_id, decision=None):
+    def restore(self, to, run_id, decision=None, entry=None, recovering=False):
         layer = self.ctx.layer
-        entry = self.journal.load(layer)
+        entry = entry or self.journal.load(layer)
         if entry is None or entry["state"] in ("new", "restored", "rolled_back") and to == "snapshot":
             return self._summary("restored", [], [], entry or new_entry(layer), note="nothing to restore")
         target = entry["original"] if to == "original" else entry.get("snapshot")
@@ -538,6 +634,7 @@ class Engine(object):
         if not self.check_mode:
             for kind_name in sorted(k for k in changed_kinds if k in KINDS):
                 self.notes.extend(KINDS[kind_name].after_persist(self.ctx, []))
+            kill_point("after_units_restored", layer)
         for sid in sorted(target["live"]):
             s = entry["known"].get(sid)
             if s is None or getattr(KINDS[s["kind"]], "unit_is_live", False):
@@ -572,7 +669,8 @@ class Engine(object):
                     "changed": wrote,
                 }
             )
-        if not self.check_mode:
+        if not self.check_mode and not recovering:
+            kill_point("before_restore_journal", layer)
             if to == "original":
                 rejected = entry["settings"]
                 entry.update(

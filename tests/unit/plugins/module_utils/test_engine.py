@@ -243,3 +243,13 @@ def test_settings_the_gate_rejected_are_not_retried_by_default(fakeroot, hash_tr
         retry_rejected=True,
     ).apply(KERNEL[:2], "run3")
     assert retry["changed"] is True
+
+
+def test_a_run_that_changes_nothing_leaves_a_kept_layer_kept(fakeroot):
+    engine(fakeroot, "kernel").apply(KERNEL[:2], "run1")
+    engine(fakeroot, "kernel").keep("run1", {"decision": "keep"})
+    again = engine(fakeroot, "kernel").apply(KERNEL[:2], "run2")
+    assert again["changed"] is False
+    assert again["layer_state"] == "kept"
+    entry = Journal(os.path.join(str(fakeroot), "var/lib/stacktune")).load("kernel")
+    assert entry["decision"] == {"decision": "keep"}
