@@ -11,8 +11,29 @@ __metaclass__ = type
 import base64
 import errno
 import os
+import signal
 import stat
 import tempfile
+
+TEMP_PREFIX = ".stacktune-"
+KILL_ENV = "STACKTUNE_TEST_KILL_AT"
+
+
+def kill_point(point, layer=None):
+    """Test hook: SIGKILL this process at a named point of the engine.
+
+    Set ``STACKTUNE_TEST_KILL_AT`` to ``<point>`` or ``<point>@<layer>`` in the module's
+    environment to simulate a crash there (the crash-safety tests in tests/integration
+    and tests/unit do). Unset, it does nothing. Points: after_journal_write_ahead,
+    mid_unit_write, after_units_written, after_live_written, before_journal_final,
+    after_units_restored, before_restore_journal.
+    """
+    wanted = os.environ.get(KILL_ENV, "")
+    if not wanted:
+        return
+    name, _sep, only = wanted.partition("@")
+    if name == point and (not only or only == layer):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def rooted(root, path):
@@ -83,16 +104,39 @@ def snapshot_text(snap):
     return base64.b64decode(snap["content_b64"]).decode("utf-8", "replace")
 
 
-def atomic_write(path, data, mode=0o644, uid=0, gid=0):
+def sweep_temp(directory):
+    """Remove temporary files a killed run left in a directory; return how many.
+
+    Only names this module creates (``.stacktune-*``) are touched. The engine holds the
+    journal lock while it writes, so any such file found here belongs to a dead run.
+    """
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    count = 0
+    for name in names:
+        if name.startswith(TEMP_PREFIX):
+            try:
+                os.unlink(os.path.join(directory, name))
+                count += 1
+            except OSError:
+                pass
+    return count
+
+
+def atomic_write(path, data, mode=0o644, uid=0, gid=0, kill_at=None, layer=None):
     """Write bytes to path through a temporary file in the same directory and a rename.
 
     The directory is created (0755) when missing. The file is fsynced before the rename
-    and the directory after it, so a crash leaves either the old or the new content.
+    and the directory after it, so a crash leaves either the old or the new content
+    (and at most a ``.stacktune-*`` temporary file, which the next write sweeps away).
     """
     directory = os.path.dirname(path)
     if not os.path.isdir(directory):
         os.makedirs(directory, 0o755)
-    fd, tmp = tempfile.mkstemp(prefix=".stacktune-", dir=directory)
+    sweep_temp(directory)
+    fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=directory)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -101,6 +145,8 @@ def atomic_write(path, data, mode=0o644, uid=0, gid=0):
         os.chmod(tmp, mode)
         if os.geteuid() == 0:
             os.chown(tmp, uid, gid)
+        if kill_at:
+            kill_point(kill_at, layer)
         os.rename(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -125,6 +171,7 @@ def fsync_dir(directory):
 
 def remove(path):
     """Remove a file if it exists; return True when something was removed."""
+    sweep_temp(os.path.dirname(path))
     try:
         os.unlink(path)
     except OSError as exc:

@@ -9,7 +9,12 @@
   ``snapshot`` taken before its latest apply, plus a short history. Written before any
   change (write-ahead) and again after, each time atomically.
 - ``events.jsonl``: an append-only log of every apply, restore and decision.
-- ``lock``: an advisory lock held while the engine works, so two runs never interleave.
+- ``lock``: an advisory lock held while the engine works, so two module calls never
+  interleave.
+- ``run.lock``: the run lock a whole tuning run holds from start to end (run id, owner,
+  since, expires). While another run holds it, the engine refuses to write for any other
+  run id, so two runs against one host never interleave writes. It is a lease: a run that
+  was killed leaves it behind until it expires or someone releases it with ``force``.
 
 The directory is 0700 and every file 0600: the journal holds previous file contents.
 """
@@ -33,6 +38,10 @@ HISTORY_KEEP = 50
 
 class LockTimeout(Exception):
     """Another stacktune run holds the journal lock."""
+
+
+class HostLocked(LockTimeout):
+    """Another tuning run holds the host's run lock."""
 
 
 def check_layer_name(layer):
@@ -59,6 +68,9 @@ class Journal(object):
     def __init__(self, directory):
         self.directory = directory
         self._lock_fd = None
+
+    def ensure(self):
+        self._ensure()
 
     def _ensure(self):
         for path in (self.directory, os.path.join(self.directory, "layers")):
@@ -132,3 +144,96 @@ class Journal(object):
             os.close(fd)
         os.chmod(path, 0o600)
         fsync_dir(self.directory)
+
+
+def _iso(ts):
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+class RunLock(object):
+    """The lease a whole tuning run holds on a host (``<journal>/run.lock``).
+
+    Reads and writes happen under the journal's flock, so taking it is atomic.
+    """
+
+    def __init__(self, journal):
+        self.journal = journal
+        self.path = os.path.join(journal.directory, "run.lock")
+
+    def holder(self, now=None):
+        """The current holder (a dict with ``expired``), or None when free."""
+        try:
+            with open(self.path) as handle:
+                data = json.load(handle)
+        except (IOError, OSError) as exc:
+            if exc.errno == errno.ENOENT:
+                return None
+            raise
+        except ValueError:
+            return None  # a torn or foreign file is no lease
+        if not isinstance(data, dict) or "run_id" not in data:
+            return None
+        data["expired"] = float(data.get("expires_ts", 0)) <= (now if now is not None else time.time())
+        return data
+
+    @staticmethod
+    def describe(holder):
+        return "run %s (owner %s) since %s, lease until %s" % (
+            holder.get("run_id"),
+            holder.get("owner") or "unknown",
+            holder.get("since"),
+            holder.get("expires"),
+        )
+
+    def check(self, run_id):
+        """Raise HostLocked when another run holds a live lease."""
+        holder = self.holder()
+        if holder and not holder["expired"] and holder["run_id"] != run_id:
+            raise HostLocked(
+                "the host is locked by stacktune %s (%s); wait for that run to finish, or, if it was "
+                "killed, release the lock with stacktune.gpu.run_lock state=unlocked force=true"
+                % (self.describe(holder), self.path)
+            )
+        return holder
+
+    def take(self, run_id, owner, ttl, force=False, check_mode=False):
+        """Take or renew the lease. Returns (changed, previous holder). Raises HostLocked."""
+        holder = self.holder()
+        if holder and not holder["expired"] and holder["run_id"] != run_id and not force:
+            self.check(run_id)
+        now = time.time()
+        since = holder["since"] if holder and holder["run_id"] == run_id and not holder["expired"] else _iso(now)
+        record = {
+            "run_id": run_id,
+            "owner": owner,
+            "pid": os.getpid(),
+            "since": since,
+            "expires": _iso(now + ttl),
+            "expires_ts": now + ttl,
+            "ttl": ttl,
+        }
+        if not check_mode:
+            self.journal.ensure()
+            atomic_write(self.path, json.dumps(record, sort_keys=True).encode("utf-8"), mode=0o600)
+        return True, holder
+
+    def renew(self, run_id):
+        """Extend the lease when run_id holds it (every engine write of that run does)."""
+        holder = self.check(run_id)
+        if holder and holder["run_id"] == run_id and not holder["expired"]:
+            self.take(run_id, holder.get("owner"), float(holder.get("ttl", 3600)))
+
+    def release(self, run_id, force=False, check_mode=False):
+        """Release the lease. Returns (changed, holder). Raises HostLocked for another run's."""
+        holder = self.holder()
+        if holder is None:
+            return False, None
+        if holder["run_id"] != run_id and not force and not holder["expired"]:
+            raise HostLocked(
+                "the run lock belongs to stacktune %s, not to run %s; release it with force=true only "
+                "if that run is no longer running" % (self.describe(holder), run_id)
+            )
+        if not check_mode:
+            os.unlink(self.path)
+            fsync_dir(self.journal.directory)
+        return True, holder

@@ -104,7 +104,11 @@ options:
     type: path
     default: /
   lock_timeout:
-    description: Seconds to wait for another stacktune run on this host to finish.
+    description:
+      - Seconds to wait for another module call of stacktune on this host to finish.
+      - Independently of this, a write is refused at once (naming the holder) while another
+        tuning run holds the host's run lock (see M(stacktune.gpu.run_lock)); a write of the
+        run that holds it renews its lease.
     type: int
     default: 300
   fail_on_drift:
@@ -229,7 +233,12 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.stacktune.gpu.plugins.module_utils._engine import Engine
 from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import rooted
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import Journal, LockTimeout, check_layer_name
+from ansible_collections.stacktune.gpu.plugins.module_utils._journal import (
+    Journal,
+    LockTimeout,
+    RunLock,
+    check_layer_name,
+)
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context, SpecError, Unsupported
 
 
@@ -273,6 +282,7 @@ def main():
         if p["state"] != "verify" and not module.check_mode:
             journal.lock(p["lock_timeout"])
             locked = True
+            RunLock(journal).renew(p["run_id"])
         if p["state"] == "present":
             result = engine.apply(p["settings"], p["run_id"], from_journal=p["from_journal"])
         elif p["state"] == "verify":
