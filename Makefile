@@ -7,8 +7,9 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # Resolve stacktune.gpu from this working tree (collections/ links to it), never from an
 # older copy installed elsewhere.
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/collections
-# Tools that install the collection for themselves (molecule) do so under .cache/, not ~/.ansible.
-export ANSIBLE_HOME := $(CURDIR)/.cache/ansible-home
+# Tools that install the collection for themselves (molecule) do so in a home of our own,
+# so a copy of stacktune.gpu in ~/.ansible never shadows the working tree.
+export ANSIBLE_HOME := $(HOME)/.cache/stacktune/ansible-home
 export CONTAINERS_CONF := $(CURDIR)/tests/molecule/containers.conf
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # Extra arguments for ansible-playbook, e.g. make tune ARGS="--check --diff"
@@ -40,7 +41,7 @@ lint: deps-test
 	ruff check $(PY_SOURCES)
 	ruff format --check $(PY_SOURCES)
 	yamllint -s .
-	rm -rf .cache/ansible-home/collections/ansible_collections/stacktune
+	rm -rf $(ANSIBLE_HOME)/collections/ansible_collections/stacktune
 	ansible-lint
 
 sanity: deps-test

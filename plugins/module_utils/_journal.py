@@ -224,15 +224,13 @@ class RunLock(object):
             self.take(run_id, holder.get("owner"), float(holder.get("ttl", 3600)))
 
     def release(self, run_id, force=False, check_mode=False):
-        """Release the lease. Returns (changed, holder). Raises HostLocked for another run's."""
+        """Release the lease. Returns (released, holder found); another run's live lease stays."""
         holder = self.holder()
         if holder is None:
             return False, None
         if holder["run_id"] != run_id and not force and not holder["expired"]:
-            raise HostLocked(
-                "the run lock belongs to stacktune %s, not to run %s; release it with force=true only "
-                "if that run is no longer running" % (self.describe(holder), run_id)
-            )
+            # another run's live lease: leave it alone (a refused run's cleanup lands here)
+            return False, holder
         if not check_mode:
             os.unlink(self.path)
             fsync_dir(self.journal.directory)
