@@ -113,7 +113,12 @@ class MountKind(Kind):
         return True, None
 
     def write_live(self, s, value, ctx):
-        argv = ["mount", "-o", "remount,%s=%s" % (s["option"], value), s["mountpoint"]]
+        # Pass the mount's current flags along (nosuid, nodev, noexec ...): a remount that
+        # names only the size can drop them.
+        current = mount_options(read_text(self.live_path(s, ctx)), s["mountpoint"]) or {}
+        current[s["option"]] = str(value)
+        options = ",".join(name if val == "" else "%s=%s" % (name, val) for name, val in current.items())
+        argv = ["mount", "-o", "remount," + options, s["mountpoint"]]
         rc, out, err = ctx.run_command(argv)
         if rc != 0:
             raise OSError("%s failed (rc=%s): %s" % (" ".join(argv), rc, (err or out).strip()))

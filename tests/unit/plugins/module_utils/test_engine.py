@@ -253,3 +253,13 @@ def test_a_run_that_changes_nothing_leaves_a_kept_layer_kept(fakeroot):
     assert again["layer_state"] == "kept"
     entry = Journal(os.path.join(str(fakeroot), "var/lib/stacktune")).load("kernel")
     assert entry["decision"] == {"decision": "keep"}
+
+
+def test_remount_keeps_the_mount_flags(fakeroot, monkeypatch):
+    from ansible_collections.stacktune.gpu.plugins.module_utils import _kind_mount
+
+    calls = []
+    monkeypatch.setattr(_kind_mount.MountKind, "live_writable", lambda self, s, ctx: (True, None))
+    ctx = Context("memory", root=str(fakeroot), run_command=lambda argv: calls.append(argv) or (0, "", ""))
+    Engine(ctx, Journal(os.path.join(str(fakeroot), "var/lib/stacktune"))).apply(FILES[2:], "run1")
+    assert calls == [["mount", "-o", "remount,rw,nosuid,nodev,size=64G,inode64", "/dev/shm"]]
