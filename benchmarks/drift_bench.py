@@ -1,0 +1,118 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""How long a drift check takes, next to the transport floor of the same hosts.
+
+In one run, interleaved N times each:
+- `ansible <hosts> -m ansible.builtin.ping` over the inventory: the floor every Ansible
+  run over these hosts pays (interpreter start, connection, one module round trip);
+- `ansible-playbook playbooks/drift.yml` over the same hosts (report only: it changes
+  nothing on the hosts except the Prometheus metrics file).
+
+Prints a Markdown table of wall times (median, p90, min) and the drift/ping ratio of
+the medians. The drift run exits non-zero when it finds drift; the exit codes are shown.
+By default the metrics file goes to a temporary directory so that a benchmark on the
+controller leaves /var/lib/node_exporter alone (--metrics-path to change it).
+
+Run from the repository root:
+
+    python3 benchmarks/drift_bench.py -n 5                       # this machine (inventories/local)
+    python3 benchmarks/drift_bench.py -n 5 -i ~/.cache/molecule/main/fleet/inventory
+"""
+
+from __future__ import absolute_import, division, print_function
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(REPO, "collections"))
+
+from ansible_collections.stacktune.gpu.plugins.module_utils._stats import quantile  # noqa: E402
+
+
+def find_tool(name):
+    local = os.path.join(REPO, ".venv", "bin", name)
+    return local if os.path.exists(local) else shutil.which(name)
+
+
+def timed(argv, env):
+    start = time.perf_counter()
+    proc = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+    return (time.perf_counter() - start) * 1000.0, proc.returncode, proc.stdout.decode("utf-8", "replace")
+
+
+def summary(samples_ms):
+    values = sorted(samples_ms)
+    return {"median": quantile(values, 0.5), "p90": quantile(values, 0.9), "min": values[0]}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-n", "--repeat", type=int, default=5, help="runs of each command (default 5)")
+    parser.add_argument("-i", "--inventory", default=None, help="inventory (default: ansible.cfg's, this machine)")
+    parser.add_argument("-l", "--limit", default="all", help="host pattern (default all)")
+    parser.add_argument("--metrics-path", default=None, help="metrics file on the hosts (default: a temporary file)")
+    parser.add_argument("--show-output", action="store_true", help="print the last drift run's output")
+    args = parser.parse_args()
+    ansible, playbook = find_tool("ansible"), find_tool("ansible-playbook")
+    if not ansible or not playbook:
+        sys.exit("ansible and ansible-playbook are needed (make deps-run creates .venv)")
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))
+    inventory = ["-i", args.inventory] if args.inventory else []
+    scratch = tempfile.mkdtemp(prefix="stacktune-drift-bench-")
+    metrics_path = args.metrics_path or os.path.join(scratch, "stacktune.prom")
+    ping = [ansible, args.limit] + inventory + ["-m", "ansible.builtin.ping", "-o"]
+    drift = [playbook] + inventory + ["-l", args.limit, "-e", "metrics_textfile_path=" + metrics_path]
+    drift += [os.path.join(REPO, "playbooks", "drift.yml")]
+
+    timed(ping, env)  # warm caches (interpreter discovery, page cache) before measuring
+    times = {"ping": [], "drift": []}
+    codes = {"ping": set(), "drift": set()}
+    output = ""
+    for _round in range(args.repeat):
+        for name, argv in (("ping", ping), ("drift", drift)):
+            ms, rc, output_now = timed(argv, env)
+            times[name].append(ms)
+            codes[name].add(rc)
+            if name == "drift":
+                output = output_now
+    shutil.rmtree(scratch, ignore_errors=True)
+    hosts = len([line for line in output.splitlines() if " : ok=" in line])
+
+    ping_s, drift_s = summary(times["ping"]), summary(times["drift"])
+    print(
+        "drift check vs transport floor: %d run(s) each, interleaved, %d host(s) (%s)"
+        % (args.repeat, hosts, args.limit)
+    )
+    print(
+        "inventory: %s; python %s on %s"
+        % (args.inventory or "ansible.cfg default", platform.python_version(), platform.node())
+    )
+    print("")
+    print("| command | median ms | p90 ms | min ms | exit codes |")
+    print("| --- | ---: | ---: | ---: | --- |")
+    for name, label, s in (
+        ("ping", "`ansible -m ping`", ping_s),
+        ("drift", "`ansible-playbook playbooks/drift.yml`", drift_s),
+    ):
+        print(
+            "| %s | %.0f | %.0f | %.0f | %s |"
+            % (label, s["median"], s["p90"], s["min"], ", ".join(str(c) for c in sorted(codes[name])))
+        )
+    print("")
+    print("drift / ping (medians): %.2fx" % (drift_s["median"] / ping_s["median"]))
+    if args.show_output:
+        print("")
+        print(output)
+
+
+if __name__ == "__main__":
+    main()

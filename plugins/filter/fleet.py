@@ -1,0 +1,62 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The fleet version report filter: most common value per field and outlier hosts, per group.
+
+Documentation lives next to this file in fleet_report.yml.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.stacktune.gpu.plugins.module_utils._fleet import fleet_report as build_report
+from ansible_collections.stacktune.gpu.plugins.module_utils._fleet import render_markdown
+
+OUTPUTS = ("data", "markdown")
+
+
+def _plain(value):
+    """Mappings and sequences as plain dicts and lists (Ansible hands lazy containers to filters)."""
+    if isinstance(value, dict) or hasattr(value, "items"):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def fleet_report(data, groups=None, driver_packages=None, fields=None, output="data", title="Fleet report"):
+    """Fleet report of host -> stacktune facts: a dict, or Markdown with output='markdown'."""
+    if output not in OUTPUTS:
+        raise AnsibleFilterError("fleet_report: output must be one of %s, got %r" % (", ".join(OUTPUTS), output))
+    if not isinstance(data, dict) and not hasattr(data, "items"):
+        raise AnsibleFilterError(
+            "fleet_report expects a dict of inventory hostname -> ansible_facts['stacktune'], got %s"
+            % type(data).__name__
+        )
+    if groups is not None and not hasattr(groups, "items"):
+        raise AnsibleFilterError("fleet_report: groups must be a dict of group -> hosts (Ansible's groups)")
+    if driver_packages is not None and not hasattr(driver_packages, "items"):
+        raise AnsibleFilterError("fleet_report: driver_packages must be a dict of host -> package versions")
+    try:
+        report = build_report(
+            _plain(data),
+            groups=_plain(groups) if groups is not None else None,
+            driver_packages=_plain(driver_packages) if driver_packages is not None else None,
+            fields=list(fields) if fields else None,
+        )
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError("fleet_report: %s" % exc) from None
+    if output == "markdown":
+        return render_markdown(report, title=title)
+    return report
+
+
+class FilterModule:
+    """stacktune.gpu fleet filters."""
+
+    def filters(self):
+        return {"fleet_report": fleet_report}

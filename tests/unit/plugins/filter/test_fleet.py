@@ -1,0 +1,108 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The fleet_report filter, on facts replayed from the recorded h200.json and no_gpu_debian.json."""
+
+from __future__ import absolute_import, division, print_function
+
+import copy
+import json
+import os
+from collections.abc import Mapping
+
+import pytest
+import yaml
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.stacktune.gpu.plugins.filter import fleet as filters
+from ansible_collections.stacktune.gpu.plugins.module_utils._fleet import FIELD_NAMES
+from ansible_collections.stacktune.gpu.plugins.module_utils._topology import assemble
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "topology")
+PLUGIN_DIR = os.path.dirname(filters.__file__)
+
+
+def facts_of(name):
+    with open(os.path.join(FIXTURES, name)) as handle:
+        return assemble(json.load(handle))
+
+
+@pytest.fixture(scope="module")
+def fleet_facts():
+    h200 = facts_of("h200.json")
+    old = copy.deepcopy(h200)
+    old["driver"]["nvml_version"] = old["driver"]["kernel_module_version"] = "570.86.15"
+    return {"gpu-a": h200, "gpu-b": copy.deepcopy(h200), "gpu-c": old, "cpu-a": facts_of("no_gpu_debian.json")}
+
+
+def test_registered():
+    assert filters.FilterModule().filters() == {"fleet_report": filters.fleet_report}
+
+
+def test_data_output(fleet_facts):
+    groups = {"all": sorted(fleet_facts), "gpu": ["gpu-a", "gpu-b", "gpu-c"], "cpu": ["cpu-a"]}
+    report = filters.fleet_report(fleet_facts, groups, {"gpu-a": ["580.159.04"], "gpu-b": "580.159.04"})
+    gpu = report["groups"]["gpu"]["fields"]
+    assert gpu["driver_nvml"]["majority"] == "580.159.04"
+    assert gpu["driver_nvml"]["outliers"] == {"gpu-c": "570.86.15"}
+    assert gpu["driver_package"]["outliers"] == {"gpu-c": None}
+    assert report["groups"]["cpu"]["outlier_hosts"] == {}
+    assert report["hosts"]["cpu-a"]["gpu_count"] == 0
+
+
+def test_markdown_output(fleet_facts):
+    text = filters.fleet_report(fleet_facts, output="markdown", title="GPU fleet")
+    assert text.startswith("# GPU fleet\n")
+    assert "| Driver (NVML) | 580.159.04 | 2/4 | cpu-a: unknown, gpu-c: 570.86.15 |" in text
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"output": "html"}, "output must be one of"),
+        ({"groups": ["gpu-a"]}, "groups must be a dict"),
+        ({"driver_packages": "580"}, "driver_packages must be a dict"),
+        ({"fields": ["bios", "colour"]}, "unknown field"),
+    ],
+)
+def test_bad_arguments(fleet_facts, kwargs, message):
+    with pytest.raises(AnsibleFilterError, match=message):
+        filters.fleet_report(fleet_facts, **kwargs)
+
+
+def test_bad_input():
+    with pytest.raises(AnsibleFilterError, match="expects a dict"):
+        filters.fleet_report(["gpu-a"])
+
+
+class LazyMapping(Mapping):
+    """A read-only mapping that is not a dict, like the containers Ansible hands to filters."""
+
+    def __init__(self, data):
+        self._data = data
+
+    def __getitem__(self, key):
+        return self._data[key]
+
+    def __iter__(self):
+        return iter(self._data)
+
+    def __len__(self):
+        return len(self._data)
+
+
+def test_non_dict_mappings_are_accepted(fleet_facts):
+    data = LazyMapping({h: LazyMapping(f) for h, f in fleet_facts.items()})
+    report = filters.fleet_report(data, groups=LazyMapping({"gpu": ("gpu-a", "gpu-b", "gpu-c")}))
+    assert report["groups"]["gpu"]["fields"]["driver_nvml"]["outliers"] == {"gpu-c": "570.86.15"}
+
+
+def test_sidecar_documents_every_field_and_option():
+    with open(os.path.join(PLUGIN_DIR, "fleet_report.yml")) as handle:
+        doc = yaml.safe_load(handle)
+    options = doc["DOCUMENTATION"]["options"]
+    assert doc["DOCUMENTATION"]["name"] == "fleet_report"
+    assert options["fields"]["choices"] == list(FIELD_NAMES)
+    assert set(options) == {"_input", "groups", "driver_packages", "fields", "output", "title"}
