@@ -55,7 +55,7 @@ def summary(samples_ms):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("-n", "--repeat", type=int, default=5, help="runs of each command (default 5)")
     parser.add_argument("-i", "--inventory", default=None, help="inventory (default: ansible.cfg's, this machine)")
     parser.add_argument("-l", "--limit", default="all", help="host pattern (default all)")

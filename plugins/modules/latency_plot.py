@@ -17,7 +17,7 @@ description:
   - Draws, for every layer the gate judged, the exceedance curve (the share of steps slower
     than a given time) of the step times measured without and with the layer, on log axes,
     so that a tail that grew is visible at a glance next to a median that did not move.
-  - Meant to run on the controller (C(delegate_to: localhost)) at the end of a tune run.
+  - "Meant to run on the controller (C(delegate_to: localhost)) at the end of a tune run."
   - Needs matplotlib on the Python that runs it; without it the module reports
     C(skipped) with the reason instead of failing.
 author: stacktune maintainers (@stacktune)
