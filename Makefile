@@ -14,11 +14,12 @@ export CONTAINERS_CONF := $(CURDIR)/tests/molecule/containers.conf
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # Extra arguments for ansible-playbook, e.g. make tune ARGS="--check --diff"
 ARGS ?=
-# Molecule scenarios run by `make test` (space separated); all by default.
-SCENARIOS ?= $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
+# Molecule scenarios run by `make test` (space separated). `safety` (kill points, lock,
+# check-mode fidelity on eight containers) takes over 20 minutes on 2 cores: `make test-safety`.
+SCENARIOS ?= default layers gate privileged fleet
 PY_SOURCES := plugins tests benchmarks
 
-.PHONY: tune facts test lint sanity unit molecule test-gpu bench bench-gate bench-facts deps-run deps-test image clean
+.PHONY: tune facts test lint sanity unit molecule test-safety test-gpu bench bench-gate bench-facts bench-drift deps-run deps-test image clean
 
 ## make tune: set up .venv and tune this machine (ansible-playbook tune.yml, local inventory)
 tune: deps-run
@@ -56,17 +57,24 @@ image: deps-test
 molecule: image
 	@set -e; for s in $(SCENARIOS); do echo "== molecule scenario $$s"; molecule test -s $$s; done
 
+## make test-safety: the long crash-safety, lock and check-mode-fidelity scenario
+test-safety: image
+	molecule test -s safety
+
 ## make test-gpu: the GPU tier, on a machine with an NVIDIA GPU (needs pytest and pynvml there)
 test-gpu:
 	python3 -m pytest -m gpu -o addopts="" -p no:cacheprovider tests/gpu $(ARGS)
 
-bench: bench-gate bench-facts
+bench: bench-gate bench-facts bench-drift
 
 bench-gate: deps-run
 	python3 benchmarks/gate_bench.py $(ARGS)
 
 bench-facts: deps-run
 	$(VENV)/bin/python benchmarks/facts_bench.py $(ARGS)
+
+bench-drift: deps-test image
+	$(VENV)/bin/python benchmarks/drift_bench.py $(ARGS)
 
 clean:
 	rm -rf reports .pytest_cache .ruff_cache tests/output
