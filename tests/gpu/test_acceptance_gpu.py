@@ -24,28 +24,7 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 TIMEOUT = 900
 
 
-def _torch_python():
-    candidates = [os.environ.get("STACKTUNE_TORCH_PYTHON"), "/opt/torch/.venv/bin/python3", sys.executable]
-    for c in candidates:
-        if not c or not os.path.exists(c):
-            continue
-        rc = subprocess.call(
-            [c, "-c", "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        if rc == 0:
-            return c
-    pytest.skip("no interpreter with PyTorch and a CUDA GPU")
-    return None
-
-
 PYTHON = None
-
-
-@pytest.fixture(scope="module")
-def python():
-    return _torch_python()
 
 
 def _run(python, level, **kw):

@@ -10,9 +10,7 @@ else this one; without one that sees a CUDA GPU every test is skipped. The test 
 itself needs ansible-core (the module imports AnsibleModule).
 """
 
-import os
 import subprocess
-import sys
 
 import pytest
 
@@ -21,30 +19,9 @@ pytestmark = pytest.mark.gpu
 bench = pytest.importorskip("ansible_collections.stacktune.gpu.plugins.modules.bench")
 
 
-def _torch_python():
-    candidates = [os.environ.get("STACKTUNE_TORCH_PYTHON"), "/opt/torch/.venv/bin/python3", sys.executable]
-    for cand in candidates:
-        if not cand or not os.path.exists(cand):
-            continue
-        rc = subprocess.call(
-            [cand, "-c", "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        if rc == 0:
-            return cand
-    pytest.skip("no interpreter with PyTorch and a CUDA GPU")
-    return None
-
-
 def _gpu_count(python):
     out = subprocess.check_output([python, "-c", "import torch; print(torch.cuda.device_count())"])
     return int(out.decode().strip().splitlines()[-1])
-
-
-@pytest.fixture(scope="module")
-def python():
-    return _torch_python()
 
 
 def _block(python, workload, **kw):
