@@ -607,7 +607,7 @@ class Engine(object):
     def restore(self, to, run_id, decision=None, entry=None, recovering=False):
         layer = self.ctx.layer
         entry = entry or self.journal.load(layer)
-        if entry is None or entry["state"] in ("new", "restored", "rolled_back") and to == "snapshot":
+        if entry is None or (entry["state"] in ("new", "restored", "rolled_back") and to == "snapshot"):
             return self._summary("restored", [], [], entry or new_entry(layer), note="nothing to restore")
         target = entry["original"] if to == "original" else entry.get("snapshot")
         if not target:

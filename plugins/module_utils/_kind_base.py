@@ -23,7 +23,7 @@ __metaclass__ = type
 
 import os
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import read_text, rooted, writable
+from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import read_text, rooted, writable, write_live
 
 HEADER = "# Managed by stacktune (layer %s). Changes here are reported as drift and restored.\n"
 
@@ -97,8 +97,6 @@ class Kind(object):
         return writable(self.live_path(s, ctx))
 
     def write_live(self, s, value, ctx):
-        from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import write_live
-
         write_live(self.live_path(s, ctx), value)
 
     def same(self, a, b):
