@@ -13,6 +13,10 @@ import re
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
 
+# The kernel's NR_CPUS is at most 8192; larger numbers are typos, and would make huge sets.
+MAX_CPU = 8191
+
+
 def parse_cpulist(text):
     """Parse a kernel CPU list into a sorted list of CPU numbers; raise ValueError when malformed."""
     text = (text or "").strip()
@@ -27,6 +31,8 @@ def parse_cpulist(text):
         last = int(match.group(2)) if match.group(2) is not None else first
         if last < first:
             raise ValueError("malformed CPU list %r: range %r runs backwards" % (text, part))
+        if last > MAX_CPU:
+            raise ValueError("malformed CPU list %r: CPU %d is beyond any kernel's limit (%d)" % (text, last, MAX_CPU))
         cpus.update(range(first, last + 1))
     return sorted(cpus)
 
