@@ -14,9 +14,8 @@ export CONTAINERS_CONF := $(CURDIR)/tests/molecule/containers.conf
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # Extra arguments for ansible-playbook, e.g. make tune ARGS="--check --diff"
 ARGS ?=
-# Molecule scenarios run by `make test` (space separated). `safety` (kill points, lock,
-# check-mode fidelity on eight containers) takes over 20 minutes on 2 cores: `make test-safety`.
-SCENARIOS ?= default layers gate privileged fleet
+# Molecule scenarios run by `make test` (space separated); docs/safety.md describes `safety`.
+SCENARIOS ?= default layers gate privileged fleet safety
 PY_SOURCES := plugins tests benchmarks
 
 .PHONY: tune facts test lint sanity unit molecule test-safety test-gpu bench bench-gate bench-facts bench-drift deps-run deps-test image clean
@@ -57,7 +56,7 @@ image: deps-test
 molecule: image
 	@set -e; for s in $(SCENARIOS); do echo "== molecule scenario $$s"; molecule test -s $$s; done
 
-## make test-safety: the long crash-safety, lock and check-mode-fidelity scenario
+## make test-safety: only the safety scenario (bad input, kill points, lock, check fidelity, rollback, hygiene)
 test-safety: image
 	molecule test -s safety
 

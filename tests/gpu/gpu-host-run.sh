@@ -12,7 +12,7 @@ RUN_DIR="${RUN_DIR:-/tmp/stacktune-gpu-run}"
 mkdir -p "$RUN_DIR"
 log="$RUN_DIR/gpu-host-run.log"
 exec > >(tee -a "$log") 2>&1
-steps="${*:-capture pytest facts bench tune acceptance}"
+steps="${*:-capture pytest facts bench tune acceptance}"  # also: safety
 py="${PYTHON:-python3}"
 if [ -d .whl ] && ! "$py" -c 'import ansible' 2>/dev/null; then
   "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -47,6 +47,43 @@ for step in $steps; do
       run ap playbooks/verify.yml
       run ap playbooks/drift.yml
       echo "state hash after tune: $(state_hash tuned)"
+      run ap playbooks/rollback.yml
+      echo "state hash after rollback: $(state_hash after)"
+      diff "$RUN_DIR/state-before.txt" "$RUN_DIR/state-after.txt" && echo "ROLLBACK EXACT: state after rollback == before tune"
+      ;;
+    safety)
+      # bad input refused before any change, check-mode fidelity per setting, idempotence, exact rollback
+      echo "state hash before: $(state_hash before)"
+      for bad in '{"kernel_sysctl": {"vm.no_such_knob": "1"}}' '{"gpu_settings_power_limit_watts": -300}' \
+                 '{"numa_irq_cpus_override": {"0000:00:00.0": "7-3"}}' '{"stacktune_layers": ["../../etc/cron.d"]}' \
+                 '{"memory_shm_size": "-8G"}' '{"nccl_conf_path": "/root/.ssh/authorized_keys"}'; do
+        ap tune.yml -e "$bad" > "$RUN_DIR/bad.log" 2>&1
+        echo "bad input $bad: rc=$? $(grep -o 'Tuning failed on .*' "$RUN_DIR/bad.log" | head -1 | cut -c1-300)"
+      done
+      echo "state hash after bad input: $(state_hash bad)"
+      diff "$RUN_DIR/state-before.txt" "$RUN_DIR/state-bad.txt" && echo "BAD INPUT CHANGED NOTHING"
+      ls -d /var/lib/stacktune /var/lib/node_exporter 2>&1
+      reports="$RUN_DIR/reports"
+      run ap tune.yml --check -e stacktune_gate=false -e "$TUNE_VARS" -e stacktune_run_id=gpu-check -e stacktune_report_dir="$reports"
+      echo "state hash after check mode: $(state_hash checked)"
+      diff "$RUN_DIR/state-before.txt" "$RUN_DIR/state-checked.txt" && echo "CHECK MODE CHANGED NOTHING"
+      run ap tune.yml -e stacktune_gate=false -e "$TUNE_VARS" -e stacktune_run_id=gpu-tune -e stacktune_report_dir="$reports"
+      "$py" - "$reports/gpu-check/localhost.json" "$reports/gpu-tune/localhost.json" <<'PY'
+import json, sys
+check, real = (json.load(open(p)) for p in sys.argv[1:3])
+real_layers = {layer["layer"]: layer for layer in real["layers"]}
+total = 0
+for layer in check["layers"]:
+    want = {s["id"]: s["changed"] for s in layer["settings"]}
+    got = {s["id"]: s["changed"] for s in real_layers[layer["layer"]]["settings"]}
+    total += len(want)
+    print("%-13s predicted %s" % (layer["layer"], "==" if want == got else "!="), "real:", got)
+    assert want == got, layer["layer"]
+print("CHECK FIDELITY: %d layers, %d settings predicted exactly" % (len(check["layers"]), total))
+PY
+      echo "state hash after tune: $(state_hash tuned)"
+      run ap tune.yml -e stacktune_gate=false -e "$TUNE_VARS" -e stacktune_run_id=gpu-again -e stacktune_report_dir="$reports"
+      run ap playbooks/verify.yml
       run ap playbooks/rollback.yml
       echo "state hash after rollback: $(state_hash after)"
       diff "$RUN_DIR/state-before.txt" "$RUN_DIR/state-after.txt" && echo "ROLLBACK EXACT: state after rollback == before tune"

@@ -498,6 +498,19 @@ class Driver(object):
             check(self.state_hash(host) == pre[host], "%s: rollback did not restore the pre-tune state" % host)
         print("rollback: %d hosts back to their exact pre-tune hash (one edited by hand after tuning)" % len(ALL))
         self.counts["rollback_hosts"] = len(ALL)
+        # a stacktune file that no journal owns (its journal was deleted) is named, and left alone
+        orphan = "/etc/nccl.conf"
+        self.sh(REF, "printf '# Managed by stacktune (layer nccl). x\\nNCCL_DEBUG=WARN\\n' > %s" % orphan)
+        again = self.playbook("rollback-orphan", "playbooks/rollback.yml", self.inventory("rollback-orphan", [REF]))
+        check(again["rc"] == 0, "rollback without a journal failed:\n" + again["out"][-3000:])
+        check(
+            re.search(r"WARNING: %s carry stacktune's header\s+but no journal" % re.escape(orphan), again["out"]),
+            "rollback did not name the file no journal owns:\n" + again["out"][-3000:],
+        )
+        check(
+            self.sh(REF, "cat %s; rm %s" % (orphan, orphan)).endswith("NCCL_DEBUG=WARN\n"), "the orphan was changed"
+        )
+        print("rollback: a stacktune file that no journal owns is named and left alone")
 
     def hygiene_files(self):
         """Modes and owners on the tuned reference host."""
