@@ -507,9 +507,7 @@ class Driver(object):
             re.search(r"WARNING: %s carry stacktune's header\s+but no journal" % re.escape(orphan), again["out"]),
             "rollback did not name the file no journal owns:\n" + again["out"][-3000:],
         )
-        check(
-            self.sh(REF, "cat %s; rm %s" % (orphan, orphan)).endswith("NCCL_DEBUG=WARN\n"), "the orphan was changed"
-        )
+        check(self.sh(REF, "cat %s; rm %s" % (orphan, orphan)).endswith("NCCL_DEBUG=WARN\n"), "the orphan was changed")
         print("rollback: a stacktune file that no journal owns is named and left alone")
 
     def hygiene_files(self):

@@ -54,7 +54,7 @@ class Connection(PodmanConnection):
 
     def exec_command(self, cmd, in_data=None, sudoable=False):
         if in_data is None:
-            return super(Connection, self).exec_command(cmd, in_data=in_data, sudoable=sudoable)
+            return super().exec_command(cmd, in_data=in_data, sudoable=sudoable)
         if not self._connected:
             self._connect()
         args = ["exec", "-i"]
