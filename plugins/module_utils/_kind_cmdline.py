@@ -8,6 +8,8 @@ Live is /proc/cmdline (it changes only at boot, so a persisted change is reporte
 ``pending_reboot``); persistence is a GRUB drop-in,
 /etc/default/grub.d/60-stacktune-<layer>.cfg, after which the bootloader configuration
 is regenerated with update-grub (or grub-mkconfig / grub2-mkconfig) when present.
+RHEL-family hosts (grubby, BLS boot entries) never read that drop-in: there the kind
+reports the arguments unsupported instead of writing a file that does nothing.
 A bare flag such as ``nosoftlockup`` has the value "" (empty string).
 """
 
@@ -51,6 +53,21 @@ def format_arg(name, value):
     return name if value == "" else "%s=%s" % (name, value)
 
 
+# Distributions whose GRUB ignores /etc/default/grub.d (boot entries are BLS files kept by grubby).
+GRUBBY_FAMILY = ("rhel", "fedora", "centos")
+
+
+def _grubby_family(ctx):
+    if os.path.exists(ctx.path("/etc/redhat-release")):
+        return True
+    ids = []
+    for line in (read_text(ctx.path("/etc/os-release")) or "").splitlines():
+        key, _sep, value = line.partition("=")
+        if key in ("ID", "ID_LIKE"):
+            ids.extend(value.strip().strip('"').lower().split())
+    return any(name in GRUBBY_FAMILY for name in ids)
+
+
 class KernelArgKind(Kind):
     name = "kernel_arg"
     reboot = True
@@ -83,6 +100,12 @@ class KernelArgKind(Kind):
         return a == b
 
     def unit(self, s, ctx):
+        if _grubby_family(ctx):
+            raise Unsupported(
+                "this is a RHEL-family host: its boot entries come from grubby (BLS), which never reads "
+                "/etc/default/grub.d, so stacktune does not persist boot arguments here; set them with "
+                "grubby --update-kernel=ALL --args=..."
+            )
         if not os.path.exists(ctx.path("/etc/default/grub")):
             raise Unsupported(
                 "no GRUB configuration (/etc/default/grub) on this host: boot arguments cannot be persisted"

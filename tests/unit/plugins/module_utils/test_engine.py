@@ -263,3 +263,23 @@ def test_remount_keeps_the_mount_flags(fakeroot, monkeypatch):
     ctx = Context("memory", root=str(fakeroot), run_command=lambda argv: calls.append(argv) or (0, "", ""))
     Engine(ctx, Journal(os.path.join(str(fakeroot), "var/lib/stacktune"))).apply(FILES[2:], "run1")
     assert calls == [["mount", "-o", "remount,rw,nosuid,nodev,size=64G,inode64", "/dev/shm"]]
+
+
+@pytest.mark.parametrize(
+    "path,text",
+    [
+        ("etc/os-release", 'NAME="Rocky Linux"\nID="rocky"\nID_LIKE="rhel centos fedora"\n'),
+        ("etc/os-release", 'NAME="Fedora Linux"\nID=fedora\n'),
+        ("etc/redhat-release", "Red Hat Enterprise Linux release 9.4 (Plow)\n"),
+    ],
+)
+def test_boot_arguments_are_refused_where_grub_drop_ins_are_not_read(fakeroot, hash_tree, path, text):
+    with open(os.path.join(str(fakeroot), path), "w") as handle:
+        handle.write(text)
+    before = hash_tree(fakeroot, exclude=("var/lib/stacktune",))
+    result = engine(fakeroot, "kernel").apply(KERNEL[3:], "run1")
+    row = result["settings"][0]
+    assert row["status"] == "unsupported"
+    assert "grubby" in row["reason"]
+    assert hash_tree(fakeroot, exclude=("var/lib/stacktune",)) == before
+    assert not os.path.exists(os.path.join(str(fakeroot), "etc/default/grub.d/60-stacktune-kernel.cfg"))
