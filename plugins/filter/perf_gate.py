@@ -34,6 +34,7 @@ def perf_gate(
     noise=None,
     seed=None,
     resamples=2000,
+    max_noise=None,
 ):
     """Judge ``after`` against ``before``; returns the gate's decision dict."""
     try:
@@ -49,6 +50,7 @@ def perf_gate(
             noise=_plain(noise),
             seed=seed,
             resamples=resamples,
+            max_noise=max_noise,
         )
     except ValueError as exc:
         raise AnsibleFilterError("perf_gate: %s" % exc) from exc

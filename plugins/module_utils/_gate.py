@@ -470,6 +470,17 @@ def _noise_hi(noise, keys):
     return None
 
 
+def _noise_width(noise_tail, noise_tp, noise_p50):
+    """How far the A/A noise floor widens the gate's tolerances (the same rule as judge), or None."""
+    widths = []
+    if noise_tail is not None:
+        widths.append(noise_tail[1] - 1.0)  # only a slower tail counts against a layer
+    for pair in (noise_tp, noise_p50):
+        if pair is not None:
+            widths.extend([pair[1] - 1.0, 1.0 - pair[0]])
+    return max(widths) if widths else None
+
+
 def judge(
     before,
     after,
@@ -482,6 +493,7 @@ def judge(
     noise=None,
     seed=None,
     resamples=DEFAULT_RESAMPLES,
+    max_noise=None,
 ):
     """Decide ``keep``, ``rollback`` or ``inconclusive`` for one before/after pair.
 
@@ -508,6 +520,8 @@ def judge(
         noise_tail = _noise_hi(noise, ("tail_ratio_ci", "p99_ratio_ci"))
         noise_tp = _noise_hi(noise, ("throughput_ratio_ci",))
         noise_p50 = _noise_hi(noise, ("p50_ratio_ci",))
+    if max_noise is not None:
+        max_noise = _check_unit_interval("max_noise", max_noise, 0.0, 10.0)
     xb, tp_b = _samples(before, "before")
     xa, tp_a = _samples(after, "after")
 
@@ -538,6 +552,18 @@ def judge(
         "needed_samples": None,
         "verdicts": {"throughput": "unknown", "p50": "unknown", "tail": "unknown"},
     }
+
+    widest = _noise_width(noise_tail, noise_tp, noise_p50)
+    if max_noise is not None and widest is not None and widest > max_noise:
+        # Two runs of the same configuration already differ by more than any effect worth
+        # judging: no decision on this machine, whatever the policy.
+        result["noise_width"] = _sig(widest)
+        result["reason"] = (
+            "inconclusive: this machine is too noisy to judge: two runs of the same configuration differed by "
+            "up to %.1f%%, beyond the %.1f%% the gate accepts (max_noise); quiet the machine or measure longer"
+            % (widest * 100.0, max_noise * 100.0)
+        )
+        return result
 
     need_tail = needed_samples(q, confidence)
     need_p50 = needed_samples(0.5, confidence)

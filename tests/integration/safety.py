@@ -74,6 +74,7 @@ BAD_INPUTS = [
     (TUNE, "tolerance-negative", {"stacktune_gate_tail_tolerance": -0.1}, "stacktune_gate_tail_tolerance"),
     (TUNE, "confidence-range", {"stacktune_gate_confidence": 2}, "stacktune_gate_confidence"),
     (TUNE, "rounds-range", {"stacktune_gate_rounds": 0}, "stacktune_gate_rounds"),
+    (TUNE, "max-noise-range", {"stacktune_gate_max_noise": 0}, "stacktune_gate_max_noise"),
     (TUNE, "steps-type", {"stacktune_bench_steps": "many"}, "stacktune_bench_steps"),
     (TUNE, "steps-zero", {"stacktune_bench_steps": 0}, "stacktune_bench_steps"),
     (TUNE, "workload-choice", {"stacktune_bench_workload": "bitcoin"}, "stacktune_bench_workload"),

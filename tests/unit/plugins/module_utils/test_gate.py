@@ -192,6 +192,32 @@ def test_noise_floor_from_an_aa_pair():
     assert res["tolerances"]["tail"] >= 0.05
 
 
+@pytest.mark.parametrize("policy", ["improve", "no_regression"])
+def test_a_machine_noisier_than_max_noise_gets_no_decision(policy):
+    # the field case: a clear tail regression, but two identical runs differed by 30% in throughput
+    before, after = field_case(11, 2000)
+    noisy = {"throughput_ratio_ci": [0.7, 1.3], "p50_ratio_ci": [0.9, 1.1], "p99_ratio_ci": [0.8, 1.05]}
+    res = judge(before, after, policy=policy, final=True, noise=noisy, max_noise=0.2)
+    assert res["decision"] == "inconclusive"
+    assert res["noise_width"] == pytest.approx(0.3)
+    assert "too noisy to judge" in res["reason"] and "30.0%" in res["reason"] and "20.0%" in res["reason"]
+    # without the cap the widened gate still decides
+    assert judge(before, after, policy=policy, final=True, noise=noisy)["decision"] == "rollback"
+
+
+def test_a_quiet_machine_is_judged_as_before_under_max_noise():
+    before, after = field_case(12, 2000)
+    quiet = {"throughput_ratio_ci": [0.97, 1.04], "p99_ratio_ci": [0.82, 0.95]}
+    capped = judge(before, after, final=True, noise=quiet, max_noise=0.2)
+    assert capped == judge(before, after, final=True, noise=quiet)
+    assert capped["decision"] == "rollback"
+
+
+def test_max_noise_without_a_noise_floor_changes_nothing():
+    before, after = field_case(13, 2000)
+    assert judge(before, after, max_noise=0.01) == judge(before, after)
+
+
 # -------------------------------------------------------------- determinism, output
 
 
@@ -270,6 +296,8 @@ def test_speed_n2000_1000_resamples():
         ({"resamples": 10}, "resamples must be an integer"),
         ({"noise": {"p99_ratio_ci": [1.2]}}, r"noise.p99_ratio_ci must be a \[low, high\] pair"),
         ({"noise": [1, 2]}, "noise must be a dict"),
+        ({"max_noise": 0}, "max_noise must be in"),
+        ({"max_noise": "20%"}, "max_noise must be a number"),
     ],
 )
 def test_bad_input_names_the_argument(kwargs, message):
