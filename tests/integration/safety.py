@@ -37,6 +37,9 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 CONNECTION_PLUGINS = os.path.join(REPO, "tests", "molecule", "plugins", "connection")
 SECRET = "S3cretSmbPassw0rd"  # planted in /etc/fstab by prepare; must never be logged
 LAYERS = ["bios", "driver", "memory", "kernel", "numa_irq", "gpu_settings", "nccl"]
+# The layers that have settings on a GPU-less container: the killed hosts tune only these
+# (the others change nothing there), so they must still end in the reference host's state.
+KILLED_LAYERS = ["memory", "kernel", "nccl"]
 KILLS = {
     "safety-k1": "after_journal_write_ahead@memory",
     "safety-k2": "mid_unit_write@kernel",
@@ -393,7 +396,10 @@ class Driver(object):
 
     def check_and_tune(self, pre):
         """Check mode on the reference host, then one tuning run on every host at once."""
-        host_vars = {MEASURE_KILL: dict(GATED, stacktune_bench_command=["sh", "-c", KILL_WHILE_MEASURING])}
+        host_vars = {host: {"stacktune_layers": KILLED_LAYERS} for host in KILLS}
+        host_vars[MEASURE_KILL] = dict(
+            GATED, stacktune_layers=KILLED_LAYERS, stacktune_bench_command=["sh", "-c", KILL_WHILE_MEASURING]
+        )
         predicted = self.timed("check", self.playbook("check", TUNE, self.inventory("check", [REF]), args=["--check"]))
         check(predicted["rc"] == 0, "check run failed:\n" + predicted["out"][-3000:])
         check(self.state_hash(REF) == pre[REF], "check mode changed the host")
@@ -437,13 +443,14 @@ class Driver(object):
 
     def crash_and_concurrency(self, final):
         """Re-run the killed hosts while the reference host takes two concurrent runs."""
-        rerun = self.playbook("rerun", TUNE, self.inventory("rerun", sorted(KILLS)), wait=False)
+        killed = {"stacktune_layers": KILLED_LAYERS}
+        rerun = self.playbook("rerun", TUNE, self.inventory("rerun", sorted(KILLS), common=killed), wait=False)
         # the measurement kill left the kernel layer applied and the lock held: the next run
         # breaks the dead run's lock and recovers the layer before it starts
         rerun_m = self.playbook(
             "rerun-m",
             TUNE,
-            self.inventory("rerun-m", [MEASURE_KILL], common=GATED),
+            self.inventory("rerun-m", [MEASURE_KILL], common=dict(GATED, **killed)),
             extra={"stacktune_lock_break": True},
             wait=False,
         )
