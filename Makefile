@@ -54,7 +54,7 @@ image: deps-test
 	tests/molecule/build-image.sh
 
 molecule: image
-	@set -e; for s in $(SCENARIOS); do echo "== molecule scenario $$s"; molecule test -s $$s; done
+	@set -e; for s in $(SCENARIOS); do echo "== molecule scenario $$s ($$(date -u +%T))"; molecule test -s $$s; done
 
 ## make test-safety: only the safety scenario (bad input, kill points, lock, check fidelity, rollback, hygiene)
 test-safety: image
