@@ -1038,6 +1038,12 @@ def render_table(facts):
         lines.extend(_columns(headers, rows))
     else:
         lines.append("GPUs: none (%s)" % (facts.get("reason") or "no reason recorded"))
+    levels = (facts.get("topology") or {}).get("p2p_levels") or []
+    if len(levels) > 1:
+        # GPU-to-GPU paths, as `nvidia-smi topo -m` names them (NV18 = 18 bonded NVLinks)
+        lines.append("")
+        names = ["gpu%d" % i for i in range(len(levels))]
+        lines.extend(_columns(["p2p"] + names, [[names[i]] + [_fmt(v) for v in row] for i, row in enumerate(levels)]))
     lines.append("")
     host = facts.get("host") or {}
     driver = facts.get("driver") or {}

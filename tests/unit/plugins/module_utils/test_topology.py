@@ -10,6 +10,8 @@ Fixtures (tests/unit/fixtures/topology/):
   8-GPU node with a Gen3 x8 link, a driver mismatch and a GPU without a NUMA node.
 - h200.json: recorded on the project's H200 host with include_raw=true; the tests that
   need it are skipped until it is committed.
+- h200x2.json: recorded with tests/gpu/capture_topology.py on a host with two H200s joined
+  by NVLink through NVSwitch (`nvidia-smi topo -m` there: GPU0-GPU1 NV18).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -833,3 +835,22 @@ def test_h200_recording():
     assert set(gpu["local_cpus"]) <= {cpu for n in facts["host"]["numa_nodes"] for cpu in n["cpus"]}
     assert facts["topology"]["p2p_levels"] == [["X"]]
     assert not [f for f in facts["findings"] if f["id"] in ("driver_version_mismatch", "pcie_link_degraded")]
+
+
+def test_two_h200_over_nvswitch_recording():
+    """Recorded on two H200s; `nvidia-smi topo -m` on that host printed NV18 between them."""
+    facts = topo.assemble(load("h200x2.json"))
+    assert facts["gpu_count"] == 2
+    assert facts["topology"]["p2p_levels"] == [["X", "NV18"], ["NV18", "X"]]
+    for gpu in facts["gpus"]:
+        assert gpu["nvlink"]["supported"] is True
+        assert [link["active"] for link in gpu["nvlink"]["links"]] == [True] * 18
+        assert (gpu["pcie"]["gen_current"], gpu["pcie"]["width_current"]) == (5, 16)
+    assert facts["findings"] == []
+    table = topo.render_table(facts)
+    assert "p2p   gpu0  gpu1\n" in table
+    assert "gpu0  X     NV18\ngpu1  NV18  X\n" in table
+
+
+def test_one_gpu_prints_no_p2p_matrix(no_gpu_raw):
+    assert "p2p" not in topo.render_table(topo.assemble(no_gpu_raw))
