@@ -470,15 +470,27 @@ def _noise_hi(noise, keys):
     return None
 
 
-def _noise_width(noise_tail, noise_tp, noise_p50):
-    """How far the A/A noise floor widens the gate's tolerances (the same rule as judge), or None."""
-    widths = []
-    if noise_tail is not None:
-        widths.append(noise_tail[1] - 1.0)  # only a slower tail counts against a layer
-    for pair in (noise_tp, noise_p50):
+def _noise_widths(noise):
+    """How far each dimension moved between two runs of the same configuration (an A/A noise
+    floor): only a slower tail counts, throughput and median count either way. None where the
+    floor has no interval for it, or without a floor."""
+    widths = {"tail": None, "throughput": None, "p50": None}
+    if noise is None:
+        return widths
+    if not hasattr(noise, "get"):
+        raise ValueError("noise must be a dict from noise_floor() or None, got %s" % type(noise).__name__)
+    tail = _noise_hi(noise, ("tail_ratio_ci", "p99_ratio_ci"))
+    if tail is not None:
+        widths["tail"] = tail[1] - 1.0
+    for key, name in (("throughput", "throughput_ratio_ci"), ("p50", "p50_ratio_ci")):
+        pair = _noise_hi(noise, (name,))
         if pair is not None:
-            widths.extend([pair[1] - 1.0, 1.0 - pair[0]])
-    return max(widths) if widths else None
+            widths[key] = max(pair[1] - 1.0, 1.0 - pair[0])
+    return widths
+
+
+def _widened(tolerance, width):
+    return tolerance if width is None else max(tolerance, width)
 
 
 def judge(
@@ -513,21 +525,16 @@ def judge(
         raise ValueError("resamples must be an integer between 100 and 1000000, got %r" % (resamples,))
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ValueError("seed must be an integer or None, got %r" % (seed,))
-    noise_tail = noise_tp = noise_p50 = None
-    if noise is not None:
-        if not hasattr(noise, "get"):
-            raise ValueError("noise must be a dict from noise_floor() or None, got %s" % type(noise).__name__)
-        noise_tail = _noise_hi(noise, ("tail_ratio_ci", "p99_ratio_ci"))
-        noise_tp = _noise_hi(noise, ("throughput_ratio_ci",))
-        noise_p50 = _noise_hi(noise, ("p50_ratio_ci",))
+    widths = _noise_widths(noise)
     if max_noise is not None:
         max_noise = _check_unit_interval("max_noise", max_noise, 0.0, 10.0)
     xb, tp_b = _samples(before, "before")
     xa, tp_a = _samples(after, "after")
 
-    eff_tol = tol if noise_tail is None else max(tol, noise_tail[1] - 1.0)
-    eff_gain = gain if noise_tp is None else max(gain, noise_tp[1] - 1.0, 1.0 - noise_tp[0])
-    eff_p50 = gain if noise_p50 is None else max(gain, noise_p50[1] - 1.0, 1.0 - noise_p50[0])
+    # the noise floor widens each tolerance to what the machine can resolve
+    eff_tol = _widened(tol, widths["tail"])
+    eff_gain = _widened(gain, widths["throughput"])
+    eff_p50 = _widened(gain, widths["p50"])
 
     n_b, n_a = len(xb), len(xa)
     n_min = min(n_b, n_a)
@@ -553,7 +560,8 @@ def judge(
         "verdicts": {"throughput": "unknown", "p50": "unknown", "tail": "unknown"},
     }
 
-    widest = _noise_width(noise_tail, noise_tp, noise_p50)
+    measured = [w for w in widths.values() if w is not None]
+    widest = max(measured) if measured else None
     if max_noise is not None and widest is not None and widest > max_noise:
         # Two runs of the same configuration already differ by more than any effect worth
         # judging: no decision on this machine, whatever the policy.
