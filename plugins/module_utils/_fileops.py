@@ -54,6 +54,15 @@ def read_text(path):
         return None
 
 
+def env_file_value(value):
+    """A value of a shell-style KEY=value file (/etc/default/*, os-release): stripped, and
+    without the quotes around it."""
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        value = value[1:-1]
+    return value
+
+
 def writable(path):
     """Tell whether a file can be written, and why not: (ok, reason)."""
     if not os.path.exists(path):

@@ -21,7 +21,7 @@ import os
 import re
 import shlex
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import read_text
+from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import env_file_value, read_text
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
     HEADER,
     Kind,
@@ -64,7 +64,7 @@ def _grubby_family(ctx):
     for line in (read_text(ctx.path("/etc/os-release")) or "").splitlines():
         key, _sep, value = line.partition("=")
         if key in ("ID", "ID_LIKE"):
-            ids.extend(value.strip().strip('"').lower().split())
+            ids.extend(env_file_value(value).lower().split())
     return any(name in GRUBBY_FAMILY for name in ids)
 
 

@@ -15,6 +15,7 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import env_file_value
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
     Kind,
     SpecError,
@@ -93,7 +94,4 @@ class EnvVarKind(Kind):
     def persisted(self, s, unit_text):
         if unit_text is None:
             return None
-        value = unit_text.split("=", 1)[1].strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-            value = value[1:-1]
-        return value
+        return env_file_value(unit_text.split("=", 1)[1])

@@ -270,6 +270,7 @@ def test_remount_keeps_the_mount_flags(fakeroot, monkeypatch):
     [
         ("etc/os-release", 'NAME="Rocky Linux"\nID="rocky"\nID_LIKE="rhel centos fedora"\n'),
         ("etc/os-release", 'NAME="Fedora Linux"\nID=fedora\n'),
+        ("etc/os-release", "NAME='AlmaLinux'\nID='almalinux'\nID_LIKE='rhel centos fedora'\n"),
         ("etc/redhat-release", "Red Hat Enterprise Linux release 9.4 (Plow)\n"),
     ],
 )
