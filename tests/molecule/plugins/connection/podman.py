@@ -5,7 +5,8 @@ podman containers. The upstream plugin copies each module into the container and
 it with five ``podman`` calls; with pipelining one ``podman exec -i`` does it, which
 halves the scenarios' run time. Molecule's podman driver names the connection
 ``podman``, so this file takes that short name when its directory is on
-ANSIBLE_CONNECTION_PLUGINS (every molecule.yml sets it). Outside the tests nothing
+ANSIBLE_CONNECTION_PLUGINS (.config/molecule/config.yml sets it for every scenario,
+and the safety driver for its runs). Outside the tests nothing
 loads it.
 """
 
