@@ -1,0 +1,144 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Record blocks of a built-in workload as a JSON fixture: the gate's real noise, replayed in tests.
+
+A block is one process run of the workload program of ``stacktune.gpu.bench`` (the same
+file, ``plugins/module_utils/_workloads.py``, run the same way), so what the gate sees on a
+host - start-up, clocks, allocator and NCCL set-up differing from run to run - is in the
+recording. Arms are environments: ``--arm base`` (nothing added) and, for example,
+``--arm 'nch4:NCCL_MAX_NCHANNELS=4'``. Blocks of the arms are interleaved round by round
+(base, nch4, base, nch4, ... with the order reversed every other round), so drift of the
+host falls on every arm alike. Needs only the Python standard library here; the workload
+interpreter (``--python``) needs PyTorch with CUDA for the GPU workloads.
+
+    python3 benchmarks/record_blocks.py --workload gemm --blocks 12 --out /tmp/gemm.json
+    python3 benchmarks/record_blocks.py --workload allreduce --size 64 --blocks 8 \\
+        --arm base --arm 'nch4:NCCL_MAX_NCHANNELS=4' --out /tmp/allreduce.json
+"""
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+PROGRAM = os.path.join(REPO, "plugins", "module_utils", "_workloads.py")
+
+
+def parse_arm(text):
+    """``name`` or ``name:KEY=VALUE,KEY=VALUE`` -> (name, env dict)."""
+    name, _sep, rest = text.partition(":")
+    if not name or not name.replace("_", "").isalnum():
+        raise argparse.ArgumentTypeError("arm name must be letters, digits and _: %r" % text)
+    env = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise argparse.ArgumentTypeError("arm %s: %r is not KEY=VALUE" % (name, item))
+        env[key] = value
+    return name, env
+
+
+def run_block(python, cfg, env, timeout):
+    started = time.time()
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [python, PROGRAM, json.dumps(cfg)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        timeout=timeout,
+        check=False,
+    )
+    wall = time.perf_counter() - t0
+    try:
+        doc = json.loads(proc.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        doc = {"error": "no result document (rc %d): %s" % (proc.returncode, proc.stderr.decode()[-2000:])}
+    if "error" in doc:
+        raise SystemExit("block failed: %s" % doc["error"])
+    samples = doc["samples_ms"]
+    conditions = doc.get("conditions") or {}
+    seen = set()
+    for entry in (conditions.get("during") or {}).values():
+        seen.update(entry.get("throttle_reasons_seen") or [])
+    seen.discard("gpu_idle")
+    return {
+        "started": round(started, 3),
+        "wall_s": round(wall, 3),
+        "measure_s": doc.get("measure_s"),
+        "samples_ms": [float("%.5g" % s) for s in samples],
+        "work_per_step": doc.get("work_per_step"),
+        "work_unit": doc.get("work_unit"),
+        "throttle_reasons_seen": sorted(seen),
+        "info": doc.get("info"),
+    }
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", required=True)
+    parser.add_argument("--python", default="/opt/torch/.venv/bin/python3")
+    parser.add_argument("--blocks", type=int, default=10, help="blocks per arm")
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--size", type=int)
+    parser.add_argument("--device", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--timeout", type=int, default=300)
+    parser.add_argument("--arm", action="append", type=parse_arm, help="name[:KEY=VALUE,...]; default one arm 'base'")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    arms = args.arm or [("base", {})]
+    cfg = {
+        "workload": args.workload,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "size": args.size,
+        "device": args.device,
+        "workers": args.workers,
+    }
+    doc = {
+        "workload": args.workload,
+        "cfg": cfg,
+        "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+        "host": {"node": platform.node(), "kernel": platform.release()},
+        "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "order": [],
+        "arms": {name: {"env": env, "blocks": []} for name, env in arms},
+    }
+    for rnd in range(args.blocks):
+        order = arms if rnd % 2 == 0 else list(reversed(arms))
+        for name, extra in order:
+            env = dict(os.environ)
+            env.update(extra)
+            block = run_block(args.python, cfg, env, args.timeout)
+            block["round"] = rnd
+            doc["arms"][name]["blocks"].append(block)
+            doc["order"].append(name)
+            s = sorted(block["samples_ms"])
+            print(
+                "%s round %d %s: p50 %.4g ms p99 %.4g ms wall %.1f s%s"
+                % (
+                    args.workload,
+                    rnd,
+                    name,
+                    s[len(s) // 2],
+                    s[int(0.99 * (len(s) - 1))],
+                    block["wall_s"],
+                    " throttle %s" % block["throttle_reasons_seen"] if block["throttle_reasons_seen"] else "",
+                ),
+                flush=True,
+            )
+            with open(args.out, "w") as handle:
+                json.dump(doc, handle, separators=(",", ":"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
