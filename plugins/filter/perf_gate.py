@@ -10,6 +10,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.stacktune.gpu.plugins.module_utils._blocks import GateSettingError, check_settings
 from ansible_collections.stacktune.gpu.plugins.module_utils._gate import judge
 
 
@@ -31,10 +32,11 @@ def perf_gate(
     min_gain=0.02,
     confidence=0.95,
     final=False,
-    noise=None,
     seed=None,
     resamples=2000,
-    max_noise=None,
+    stall_factor=3.0,
+    stall_tolerance=0.005,
+    looks=1,
 ):
     """Judge ``after`` against ``before``; returns the gate's decision dict."""
     try:
@@ -47,17 +49,27 @@ def perf_gate(
             min_gain=min_gain,
             confidence=confidence,
             final=final,
-            noise=_plain(noise),
             seed=seed,
             resamples=resamples,
-            max_noise=max_noise,
+            stall_factor=stall_factor,
+            stall_tolerance=stall_tolerance,
+            looks=looks,
         )
     except ValueError as exc:
         raise AnsibleFilterError("perf_gate: %s" % exc) from exc
 
 
+def gate_settings_check(settings, budget=None, workloads=None):
+    """'' when the gate's settings, budget and workload table are valid, else the message naming the variable."""
+    try:
+        check_settings(_plain(settings), _plain(budget) if budget is not None else {}, _plain(workloads))
+    except GateSettingError as exc:
+        return str(exc)
+    return ""
+
+
 class FilterModule:
-    """stacktune.gpu performance gate filter."""
+    """stacktune.gpu performance gate filters."""
 
     def filters(self):
-        return {"perf_gate": perf_gate}
+        return {"perf_gate": perf_gate, "gate_settings_check": gate_settings_check}

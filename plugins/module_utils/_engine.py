@@ -331,7 +331,18 @@ class Engine(object):
         return row
 
     # ------------------------------------------------------------------ apply
-    def apply(self, specs, run_id, from_journal=False):
+    def reapply(self, run_id):
+        """Put back the settings the gate just took off (``restore('snapshot')``) to measure them again.
+
+        The gate's balanced schedule toggles a layer off and on through here, so every toggle
+        is journaled, snapshotted and verified like any apply.
+        """
+        entry = self.journal.load(self.ctx.layer)
+        if entry is None or not entry.get("rejected"):
+            raise SpecError("layer %s has no settings taken off by the gate to put back" % self.ctx.layer)
+        return self.apply(None, run_id, rejected=copy.deepcopy(entry["rejected"]))
+
+    def apply(self, specs, run_id, from_journal=False, rejected=None):
         layer = self.ctx.layer
         entry = self.journal.load(layer) or new_entry(layer)
         interrupted = entry["state"] == "applying" and entry.get("snapshot")
@@ -339,7 +350,9 @@ class Engine(object):
             self.recover(run_id, entry=entry, states=("applying",))
             entry = self.journal.load(layer) or new_entry(layer)
             interrupted = False
-        if from_journal:
+        if rejected is not None:
+            settings, unsupported = rejected, []
+        elif from_journal:
             if entry["state"] not in ACTIVE_STATES:
                 return self._summary(
                     "present", [], [], entry, note="layer %s is %s: nothing to apply" % (layer, entry["state"])
@@ -350,6 +363,7 @@ class Engine(object):
             self.check_ownership(layer, settings)
         if (
             not from_journal
+            and rejected is None
             and not self.retry_rejected
             and entry["state"] == "rolled_back"
             and _same_settings(entry.get("rejected"), settings)

@@ -453,46 +453,6 @@ def _summary(tp, p50, tail, confidence):
 # ------------------------------------------------------------------------ public API
 
 
-def _noise_hi(noise, keys):
-    for key in keys:
-        pair = noise.get(key)
-        if pair is None:
-            continue
-        if (
-            not isinstance(pair, (list, tuple))
-            or len(pair) != 2
-            or any(isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) for v in pair)
-            or pair[0] > pair[1]
-            or pair[0] <= 0
-        ):
-            raise ValueError("noise.%s must be a [low, high] pair of positive ratios, got %r" % (key, pair))
-        return float(pair[0]), float(pair[1])
-    return None
-
-
-def _noise_widths(noise):
-    """How far each dimension moved between two runs of the same configuration (an A/A noise
-    floor): only a slower tail counts, throughput and median count either way. None where the
-    floor has no interval for it, or without a floor."""
-    widths = {"tail": None, "throughput": None, "p50": None}
-    if noise is None:
-        return widths
-    if not hasattr(noise, "get"):
-        raise ValueError("noise must be a dict from noise_floor() or None, got %s" % type(noise).__name__)
-    tail = _noise_hi(noise, ("tail_ratio_ci", "p99_ratio_ci"))
-    if tail is not None:
-        widths["tail"] = tail[1] - 1.0
-    for key, name in (("throughput", "throughput_ratio_ci"), ("p50", "p50_ratio_ci")):
-        pair = _noise_hi(noise, (name,))
-        if pair is not None:
-            widths[key] = max(pair[1] - 1.0, 1.0 - pair[0])
-    return widths
-
-
-def _widened(tolerance, width):
-    return tolerance if width is None else max(tolerance, width)
-
-
 def judge(
     before,
     after,
@@ -502,17 +462,39 @@ def judge(
     min_gain=0.02,
     confidence=0.95,
     final=False,
-    noise=None,
     seed=None,
     resamples=DEFAULT_RESAMPLES,
-    max_noise=None,
+    stall_factor=3.0,
+    stall_tolerance=0.005,
+    looks=1,
 ):
     """Decide ``keep``, ``rollback`` or ``inconclusive`` for one before/after pair.
 
-    ``before``/``after``: a list of per-step times in ms, or a dict
-    ``{"samples_ms": [...], "throughput": items_per_s}``. See the module docstring and
-    docs/gate.md for the rules. Raises ValueError naming the offending argument.
+    ``before``/``after``: a flat list of per-step times in ms, or a dict
+    ``{"samples_ms": [...], "throughput": items_per_s}``, judged step by step as below; or
+    blocks (one per process run): a list of lists of step ms, or a dict ``{"blocks": [...],
+    "throughput": [per block], "at": [positions]}``, judged over blocks by
+    ``_blocks.judge_blocks`` (``stall_factor``, ``stall_tolerance`` and ``looks`` apply there
+    only). See docs/gate.md for the rules. Raises ValueError naming the offending argument.
     """
+    from ansible_collections.stacktune.gpu.plugins.module_utils import _blocks  # noqa: PLC0415 - _blocks imports this module
+
+    if _blocks.is_blocks(before) or _blocks.is_blocks(after):
+        if not (_blocks.is_blocks(before) and _blocks.is_blocks(after)):
+            raise ValueError("before and after must both be blocks (lists of lists of step ms) or both flat lists")
+        return _blocks.judge_blocks(
+            before,
+            after,
+            policy=policy,
+            tail_quantile=tail_quantile,
+            tail_tolerance=tail_tolerance,
+            min_gain=min_gain,
+            confidence=confidence,
+            stall_factor=stall_factor,
+            stall_tolerance=stall_tolerance,
+            final=final,
+            looks=looks,
+        )
     if policy not in POLICIES:
         raise ValueError("policy must be one of %s, got %r" % (", ".join(POLICIES), policy))
     q = _check_unit_interval("tail_quantile", tail_quantile, 0.5, 1.0)
@@ -525,16 +507,10 @@ def judge(
         raise ValueError("resamples must be an integer between 100 and 1000000, got %r" % (resamples,))
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ValueError("seed must be an integer or None, got %r" % (seed,))
-    widths = _noise_widths(noise)
-    if max_noise is not None:
-        max_noise = _check_unit_interval("max_noise", max_noise, 0.0, 10.0)
     xb, tp_b = _samples(before, "before")
     xa, tp_a = _samples(after, "after")
 
-    # the noise floor widens each tolerance to what the machine can resolve
-    eff_tol = _widened(tol, widths["tail"])
-    eff_gain = _widened(gain, widths["throughput"])
-    eff_p50 = _widened(gain, widths["p50"])
+    eff_tol, eff_gain, eff_p50 = tol, gain, gain
 
     n_b, n_a = len(xb), len(xa)
     n_min = min(n_b, n_a)
@@ -559,19 +535,6 @@ def judge(
         "needed_samples": None,
         "verdicts": {"throughput": "unknown", "p50": "unknown", "tail": "unknown"},
     }
-
-    measured = [w for w in widths.values() if w is not None]
-    widest = max(measured) if measured else None
-    if max_noise is not None and widest is not None and widest > max_noise:
-        # Two runs of the same configuration already differ by more than any effect worth
-        # judging: no decision on this machine, whatever the policy.
-        result["noise_width"] = _sig(widest)
-        result["reason"] = (
-            "inconclusive: this machine is too noisy to judge: two runs of the same configuration differed by "
-            "up to %.1f%%, beyond the %.1f%% the gate accepts (max_noise); quiet the machine or measure longer"
-            % (widest * 100.0, max_noise * 100.0)
-        )
-        return result
 
     need_tail = needed_samples(q, confidence)
     need_p50 = needed_samples(0.5, confidence)
@@ -736,39 +699,6 @@ def _finish(result, worst_tail, short_reason, tp=None, p50=None, tail=None):
         result["decision"] = "inconclusive"
         result["reason"] = "inconclusive: a regression within the noise cannot be ruled out yet: %s" % summary
     return result
-
-
-def noise_floor(a1, a2, tail_quantile=0.99, confidence=0.95, seed=None, resamples=DEFAULT_RESAMPLES):
-    """Noise floor from an A/A pair (two runs of the same configuration).
-
-    Returns the ratio CIs of that pair; pass the dict as ``noise=`` to :func:`judge` to
-    widen its tolerances to what the machine can resolve.
-    """
-    res = judge(
-        a1,
-        a2,
-        policy="no_regression",
-        tail_quantile=tail_quantile,
-        confidence=confidence,
-        seed=seed,
-        resamples=resamples,
-    )
-    out = {
-        "tail_quantile": tail_quantile,
-        "n": min(res["n_before"], res["n_after"]),
-        "throughput_ratio_ci": res["throughput"]["ci"] if res["throughput"] else None,
-        "p50_ratio_ci": res["p50"]["ratio_ci"] if res["p50"] else None,
-        "tail_ratio_ci": res["tail"]["ratio_ci"] if res["tail"] else None,
-        "needed_samples": res["needed_samples"],
-    }
-    out["%s_ratio_ci" % quantile_label(tail_quantile)] = out["tail_ratio_ci"]
-    out["tail_tolerance"] = _sig(max(0.0, out["tail_ratio_ci"][1] - 1.0)) if out["tail_ratio_ci"] else None
-    if out["throughput_ratio_ci"]:
-        lo, hi = out["throughput_ratio_ci"][0], out["throughput_ratio_ci"][1]
-        out["min_gain"] = _sig(max(0.0, hi - 1.0, 1.0 - lo))
-    else:
-        out["min_gain"] = None
-    return out
 
 
 def more_rounds_needed(result):

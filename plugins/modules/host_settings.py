@@ -51,8 +51,11 @@ options:
         value and a status (C(ok), C(drift), C(pending_reboot), C(unsupported)).
       - C(kept) records that the gate kept the layer (with I(decision)).
       - C(restored) puts the layer back to I(restore_to).
+      - C(reapplied) puts back the settings that the latest C(restored) with
+        I(restore_to=snapshot) took off. The gate uses it to switch a layer off and on
+        between measuring blocks.
     type: str
-    choices: [present, verify, kept, restored]
+    choices: [present, verify, kept, restored, reapplied]
     default: present
   settings:
     description:
@@ -246,7 +249,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             layer=dict(type="str", required=True),
-            state=dict(type="str", default="present", choices=["present", "verify", "kept", "restored"]),
+            state=dict(type="str", default="present", choices=["present", "verify", "kept", "restored", "reapplied"]),
             settings=dict(type="list", elements="dict", default=[]),
             from_journal=dict(type="bool", default=False),
             restore_to=dict(type="str", default="original", choices=["snapshot", "original"]),
@@ -276,7 +279,9 @@ def main():
     ctx = Context(p["layer"], root=p["root"], run_command=run_command)
     journal = Journal(rooted(p["root"], p["journal_dir"]) if p["root"] != "/" else p["journal_dir"])
     engine = Engine(ctx, journal, check_mode=module.check_mode, retry_rejected=p["retry_rejected"])
-    verb = {"present": "apply", "verify": "verify", "kept": "keep", "restored": "restore"}[p["state"]]
+    verb = {"present": "apply", "verify": "verify", "kept": "keep", "restored": "restore", "reapplied": "re-apply"}[
+        p["state"]
+    ]
     locked = False
     try:
         if p["state"] != "verify" and not module.check_mode:
@@ -289,6 +294,8 @@ def main():
             result = engine.verify(p["settings"])
         elif p["state"] == "kept":
             result = engine.keep(p["run_id"], p["decision"])
+        elif p["state"] == "reapplied":
+            result = engine.reapply(p["run_id"])
         else:
             result = engine.restore(p["restore_to"], p["run_id"], p["decision"])
     except (SpecError, LockTimeout) as exc:
@@ -299,7 +306,7 @@ def main():
         if locked:
             journal.unlock()
 
-    if module._diff and p["state"] == "present":
+    if module._diff and p["state"] in ("present", "reapplied"):
         result["diff"] = {
             "before": {
                 r["id"]: {

@@ -1,0 +1,1053 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The block-aware gate: one process run (a block) is the unit of noise.
+
+Measured on real GPU hosts, identical blocks differ far more from each other than the steps
+inside one block do (start-up, clocks, allocator and NCCL set-up, drift of the machine).
+Pooling steps as if they were independent makes every interval too narrow: noise is then
+taken for an effect. So every dimension is reduced to one statistic per block, and the
+inference is over blocks:
+
+* throughput: log(throughput) of the block (given, or 1000 / mean step ms);
+* p50: log of the block's median step time;
+* tail: log of the mean of the block's slowest (1 - q) share of steps (at least one step):
+  what stalls cost, stable where the p99 of a few hundred steps rests on four samples;
+* stalls: the share of the block's steps slower than ``stall_factor`` x the median step of
+  the blocks without the change (an absolute difference, in percentage points);
+* p99 (the ``tail_quantile``): reported with its interval, not deciding.
+
+The effect of the change is the coefficient of the arm in a least-squares fit
+``y = mu + delta * arm + beta * t`` over the blocks, where ``t`` is the block's position in
+the measuring order: slow linear drift of the host is fitted, not taken for an effect. The
+interval is Student's t with the residual degrees of freedom. Blocks are measured in a
+balanced A B B A order, which makes the arm orthogonal to a linear trend and gives both arms
+the same count, where the pooled-variance interval is robust to unequal variances.
+
+Measurement is sequential: after the first ``min_blocks`` per arm, and after every further
+A B B A quad, the gate looks; it stops as soon as every dimension its policy needs is
+resolved, or at the budget. The error rate stays valid under that optional stopping by
+alpha spending: each of the K planned looks uses 1 - (1 - confidence) / K (Bonferroni over
+the looks), so the chance of a wrong call over the whole sequence is at most 1 - confidence.
+
+Verdicts per dimension follow the same bands as the step-level gate (``_gate``): ``worse``
+when the whole interval lies beyond the tolerance, ``better`` when it excludes no change and
+the estimate reaches the band, ``same`` when it rules out a worsening beyond the band, else
+``unknown``, reported with the smallest change the blocks could have seen (the interval's
+half-width). An unknown dimension never blinds the others: a throughput collapse is a
+rollback whatever the tail could or could not show.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import math
+import numbers
+
+from ansible_collections.stacktune.gpu.plugins.module_utils._gate import (
+    POLICIES,
+    _check_unit_interval,
+    _latency_verdict,
+    _ms,
+    _sig,
+    _throughput_verdict,
+    quantile_label,
+)
+from ansible_collections.stacktune.gpu.plugins.module_utils._stats import mean, quantile
+from ansible_collections.stacktune.gpu.plugins.module_utils._workloads import CPU_WORKLOADS, GPU_WORKLOADS
+
+DIMENSIONS = ("throughput", "p50", "tail", "stalls")
+TAIL_DIMENSIONS = ("tail", "stalls")
+MIN_BLOCKS_PER_ARM = 2
+
+# One home for the gate's settings: name -> (default, low, high, low_open, high_open, meaning).
+# The playbooks' variables are stacktune_gate_<name>; validate.yml and the action plugin check
+# them here, before anything on the host changes.
+SETTINGS = {
+    "tail_quantile": (0.99, 0.5, 1.0, True, True, "tail quantile judged"),
+    "tail_tolerance": (0.05, 0.0, 1.0, False, True, "how much slower the tail may get"),
+    "min_gain": (0.02, 0.0, 1.0, False, True, "smallest change that counts"),
+    "confidence": (0.95, 0.5, 1.0, True, True, "confidence over the whole sequence of looks"),
+    "stall_factor": (3.0, 1.0, 100.0, True, False, "a step this many times the median is a stall"),
+    "stall_tolerance": (0.005, 0.0, 1.0, False, True, "rise of the share of stalled steps tolerated"),
+}
+BUDGET = {
+    "min_blocks": (4, 2, 50, "blocks per arm before the first look"),
+    "max_blocks": (8, 2, 200, "blocks per arm at most"),
+    "max_seconds": (1800, 1, 86400, "seconds of measuring per layer at most"),
+}
+
+
+class GateSettingError(ValueError):
+    """A gate setting or budget is out of range; the message names the variable."""
+
+
+def _budget_value(name, value, low, high):
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise GateSettingError("%s must be an integer in %d..%d, got %r" % (name, low, high, value))
+    return value
+
+
+def _number_value(name, value, low, high, low_open, high_open):
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise GateSettingError("%s must be a number, got %r" % (name, value)) from None
+    try:
+        return _check_unit_interval(name, value, low, high, low_open, high_open)
+    except ValueError as exc:
+        raise GateSettingError(str(exc)) from None
+
+
+def check_settings(
+    settings,
+    budget=None,
+    workloads=None,
+    prefix="stacktune_gate_",
+    budget_name="stacktune_gate_budget",
+    workloads_name="stacktune_gate_workloads",
+):
+    """Validate the gate's settings, its budget and its workload table; fill in defaults.
+
+    ``settings``: keys of ``SETTINGS`` (and, when ``budget`` is None, of ``BUDGET`` too, as
+    the gate_layer action takes them). ``budget``: keys of ``BUDGET``. ``workloads``: the
+    layer -> workload list table. Returns one flat dict; raises GateSettingError naming the
+    variable (``<prefix><key>``, ``<budget_name>.<key>``, ``<workloads_name>.<layer>``).
+    """
+    settings = dict(settings or {})
+    if budget is None:
+        budget = {k: settings.pop(k) for k in list(settings) if k in BUDGET}
+        budget_label = prefix
+    else:
+        budget_label = budget_name + "."
+        if not hasattr(budget, "items"):
+            raise GateSettingError("%s must be a dict of %s" % (budget_name, ", ".join(BUDGET)))
+    unknown = sorted(set(settings) - set(SETTINGS))
+    if unknown:
+        raise GateSettingError("unknown gate setting(s): %s" % ", ".join(prefix + k for k in unknown))
+    unknown = sorted(set(budget) - set(BUDGET))
+    if unknown:
+        raise GateSettingError(
+            "%s: unknown key(s) %s (known: %s)" % (budget_name, ", ".join(unknown), ", ".join(BUDGET))
+        )
+    out = {}
+    for key, (default, low, high, low_open, high_open, _meaning) in SETTINGS.items():
+        value = settings.get(key)
+        out[key] = _number_value(prefix + key, default if value is None else value, low, high, low_open, high_open)
+    for key, (default, low, high, _meaning) in BUDGET.items():
+        value = budget.get(key)
+        out[key] = _budget_value(budget_label + key, default if value is None else value, low, high)
+    if out["max_blocks"] < out["min_blocks"]:
+        raise GateSettingError(
+            "%smax_blocks (%d) must be at least %smin_blocks (%d)"
+            % (budget_label, out["max_blocks"], budget_label, out["min_blocks"])
+        )
+    if workloads is not None:
+        if not hasattr(workloads, "items"):
+            raise GateSettingError("%s must be a dict: layer -> list of workloads" % workloads_name)
+        known = set(GPU_WORKLOADS) | set(CPU_WORKLOADS) | {"auto"}
+        for layer, names in workloads.items():
+            if isinstance(names, str) or not isinstance(names, (list, tuple)):
+                raise GateSettingError("%s.%s must be a list of workloads, got %r" % (workloads_name, layer, names))
+            bad = [n for n in names if n not in known]
+            if bad:
+                raise GateSettingError(
+                    "%s.%s: unknown workload(s) %s (known: %s)"
+                    % (workloads_name, layer, ", ".join(map(str, bad)), ", ".join(sorted(known)))
+                )
+    return out
+
+
+def planned_looks(min_blocks, max_blocks):
+    """Looks of the sequential design: at min_blocks per arm, then every 2 more (one A B B A quad)."""
+    return 1 + max(0, (max_blocks - min_blocks + 1) // 2)
+
+
+def look_confidence(confidence, looks):
+    """Per-look confidence that keeps the whole sequence at ``confidence`` (Bonferroni)."""
+    return 1.0 - (1.0 - confidence) / looks
+
+
+# --------------------------------------------------------------------------- Student's t
+
+
+def _betacf(a, b, x):
+    """Continued fraction of the regularised incomplete beta (modified Lentz)."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-13:
+            break
+    return h
+
+
+def _betainc(a, b, x):
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    lbeta = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(lbeta) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(lbeta) * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t, df):
+    """CDF of Student's t with ``df`` degrees of freedom."""
+    x = df / (df + t * t)
+    tail = 0.5 * _betainc(df / 2.0, 0.5, x)
+    return 1.0 - tail if t > 0 else tail
+
+
+_T_PPF_CACHE = {}
+
+
+def t_ppf(p, df):
+    """Quantile of Student's t (bisection on the CDF; exact to about 1e-10)."""
+    key = (p, df)
+    if key not in _T_PPF_CACHE:
+        _T_PPF_CACHE[key] = _t_ppf(p, df)
+    return _T_PPF_CACHE[key]
+
+
+def _t_ppf(p, df):
+    if not 0.0 < p < 1.0:
+        raise ValueError("p must be in (0, 1), got %r" % (p,))
+    if p < 0.5:
+        return -_t_ppf(1.0 - p, df)
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < p:
+        hi *= 2.0
+    for _unused in range(200):
+        mid = (lo + hi) / 2.0
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12 * max(1.0, hi):
+            break
+    return (lo + hi) / 2.0
+
+
+# ------------------------------------------------------------------- the fit over blocks
+
+
+def _solve(matrix, vector):
+    """Solve a small linear system by Gaussian elimination; None when singular."""
+    n = len(vector)
+    a = [list(row) + [vector[i]] for i, row in enumerate(matrix)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(a[r][col]))
+        if abs(a[pivot][col]) < 1e-12:
+            return None
+        a[col], a[pivot] = a[pivot], a[col]
+        for r in range(n):
+            if r != col:
+                f = a[r][col] / a[col][col]
+                for c in range(col, n + 1):
+                    a[r][c] -= f * a[col][c]
+    return [a[i][n] / a[i][i] for i in range(n)]
+
+
+def arm_effect(ys_before, ys_after, at_before=None, at_after=None, confidence=0.95):
+    """Effect of the arm on a per-block statistic, with a Student-t interval.
+
+    Returns ``{"delta", "se", "df", "half", "lo", "hi", "trend"}`` or None when the blocks
+    cannot give an interval (fewer than 2 per arm). The drift term is fitted when positions
+    are given and leave at least 2 residual degrees of freedom.
+    """
+    nb, na = len(ys_before), len(ys_after)
+    if nb < MIN_BLOCKS_PER_ARM or na < MIN_BLOCKS_PER_ARM:
+        return None
+    ys = list(ys_before) + list(ys_after)
+    arms = [0.0] * nb + [1.0] * na
+    rows = [[1.0, x] for x in arms]
+    trend = False
+    if at_before is not None and at_after is not None and nb + na - 3 >= 2:
+        ts = [float(t) for t in list(at_before) + list(at_after)]
+        tbar = mean(ts)
+        if any(abs(t - tbar) > 1e-12 for t in ts):
+            rows = [r + [t - tbar] for r, t in zip(rows, ts)]
+            trend = True
+    p = len(rows[0])
+    xtx = [[sum(r[i] * r[j] for r in rows) for j in range(p)] for i in range(p)]
+    xty = [sum(r[i] * y for r, y in zip(rows, ys)) for i in range(p)]
+    beta = _solve(xtx, xty)
+    if beta is None and trend:
+        rows = [r[:2] for r in rows]
+        p, trend = 2, False
+        xtx = [[sum(r[i] * r[j] for r in rows) for j in range(p)] for i in range(p)]
+        xty = [sum(r[i] * y for r, y in zip(rows, ys)) for i in range(p)]
+        beta = _solve(xtx, xty)
+    if beta is None:
+        return None
+    df = len(ys) - p
+    resid = [y - sum(b * x for b, x in zip(beta, r)) for r, y in zip(rows, ys)]
+    sigma2 = math.fsum(e * e for e in resid) / df
+    unit = [1.0 if i == 1 else 0.0 for i in range(p)]
+    inv_col = _solve(xtx, unit)
+    se = math.sqrt(max(0.0, sigma2 * inv_col[1]))
+    half = t_ppf(0.5 + confidence / 2.0, df) * se
+    delta = beta[1]
+    return {"delta": delta, "se": se, "df": df, "half": half, "lo": delta - half, "hi": delta + half, "trend": trend}
+
+
+# ------------------------------------------------------------------------- inputs
+
+
+def is_blocks(value):
+    """True for block input: a list of lists of step ms, or a dict with ``blocks``."""
+    if hasattr(value, "get") and hasattr(value, "keys"):
+        return "blocks" in value
+    return (
+        isinstance(value, (list, tuple))
+        and len(value) > 0
+        and all(isinstance(b, (list, tuple)) for b in value)
+    )
+
+
+def _positive_number(raw, label):
+    if isinstance(raw, bool) or not isinstance(raw, numbers.Real):
+        raise ValueError("%s is not a number: %r" % (label, raw))
+    v = float(raw)
+    if math.isnan(v) or math.isinf(v) or v <= 0:
+        raise ValueError("%s must be a positive finite number, got %r" % (label, raw))
+    return v
+
+
+def normalise_side(value, name):
+    """One arm as ``{"blocks": [sorted step lists], "throughput": [...] or None, "at": [...] or None}``."""
+    throughput = at = None
+    if hasattr(value, "get") and hasattr(value, "keys"):
+        blocks = value.get("blocks")
+        throughput = value.get("throughput")
+        at = value.get("at")
+        label = "%s.blocks" % name
+    else:
+        blocks, label = value, name
+    if isinstance(blocks, (str, bytes)) or not isinstance(blocks, (list, tuple)) or not blocks:
+        raise ValueError("%s must be a non-empty list of blocks (lists of step times in ms)" % label)
+    out = []
+    for i, block in enumerate(blocks):
+        if isinstance(block, (str, bytes)) or not isinstance(block, (list, tuple)) or not block:
+            raise ValueError("%s[%d] must be a non-empty list of step times in ms" % (label, i))
+        out.append(sorted(_positive_number(v, "%s[%d][%d]" % (label, i, j)) for j, v in enumerate(block)))
+    for key, seq in (("throughput", throughput), ("at", at)):
+        if seq is None:
+            continue
+        if not isinstance(seq, (list, tuple)) or len(seq) != len(out):
+            raise ValueError("%s.%s must be a list with one number per block (%d)" % (name, key, len(out)))
+    if throughput is not None:
+        throughput = [_positive_number(v, "%s.throughput[%d]" % (name, i)) for i, v in enumerate(throughput)]
+    if at is not None:
+        for i, v in enumerate(at):
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+                raise ValueError("%s.at[%d] must be a number (the block's position in time), got %r" % (name, i, v))
+        at = [float(v) for v in at]
+    return {"blocks": out, "throughput": throughput, "at": at}
+
+
+def tail_mean(sorted_steps, q):
+    """Mean of the slowest floor(n * (1 - q)) steps of one block, at least the slowest one."""
+    m = max(1, int(math.floor(len(sorted_steps) * (1.0 - q) + 1e-9)))
+    return math.fsum(sorted_steps[-m:]) / m
+
+
+def block_statistics(sorted_steps, q, stall_ms, throughput=None):
+    """The per-block statistics the gate infers on (see the module docstring)."""
+    m = mean(sorted_steps)
+    tp = throughput if throughput is not None else 1000.0 / m
+    stalls = sum(1 for v in sorted_steps if v > stall_ms) / float(len(sorted_steps))
+    return {
+        "throughput": tp,
+        "p50": quantile(sorted_steps, 0.5),
+        "tail": tail_mean(sorted_steps, q),
+        "p99": quantile(sorted_steps, q),
+        "stalls": stalls,
+        "steps": len(sorted_steps),
+    }
+
+
+# ------------------------------------------------------------------------ the judge
+
+
+def _pct(x):
+    return "%+.1f%%" % (x * 100.0)
+
+
+def _ratio_dim(name, label, bs, as_, at_b, at_a, confidence, band, log=True):
+    ys_b = [math.log(v) for v in bs]
+    ys_a = [math.log(v) for v in as_]
+    eff = arm_effect(ys_b, ys_a, at_b, at_a, confidence)
+    before = math.exp(mean(ys_b))
+    after = math.exp(mean(ys_a))
+    out = {
+        "label": label,
+        "before": _sig(before),
+        "after": _sig(after),
+        "before_blocks": [_sig(v, 5) for v in bs],
+        "after_blocks": [_sig(v, 5) for v in as_],
+        "tolerance": _sig(band),
+        "statistic": "geometric mean over blocks",
+    }
+    if eff is None:
+        out.update(ratio=_sig(after / before), ratio_ci=None, verdict="unknown", resolution=None)
+        return out, None
+    ratio = math.exp(eff["delta"])
+    ci = (math.exp(eff["lo"]), math.exp(eff["hi"]))
+    verdict = (_throughput_verdict if name == "throughput" else _latency_verdict)(ratio, ci, band)
+    out.update(
+        ratio=_sig(ratio),
+        ratio_ci=[_sig(ci[0]), _sig(ci[1])],
+        verdict=verdict,
+        resolution=_sig(math.exp(eff["half"]) - 1.0, 3),
+        df=eff["df"],
+        drift_fitted=eff["trend"],
+    )
+    if name == "throughput":
+        out["ci"] = out["ratio_ci"]
+    return out, eff
+
+
+def _stall_dim(bs, as_, at_b, at_a, confidence, band, factor):
+    eff = arm_effect(bs, as_, at_b, at_a, confidence)
+    out = {
+        "label": "steps beyond %gx the median" % factor,
+        "before": _sig(mean(bs)),
+        "after": _sig(mean(as_)),
+        "before_blocks": [_sig(v, 4) for v in bs],
+        "after_blocks": [_sig(v, 4) for v in as_],
+        "tolerance": _sig(band),
+        "statistic": "share of steps per block; difference in percentage points",
+    }
+    if eff is None:
+        out.update(difference=_sig(mean(as_) - mean(bs)), difference_ci=None, verdict="unknown", resolution=None)
+        return out
+    lo, hi, d = eff["lo"], eff["hi"], eff["delta"]
+    if lo > band:
+        verdict = "worse"
+    elif hi < 0.0 and d <= -band and band > 0:
+        verdict = "better"
+    elif hi <= band:
+        verdict = "same"
+    else:
+        verdict = "unknown"
+    out.update(
+        difference=_sig(d),
+        difference_ci=[_sig(lo), _sig(hi)],
+        verdict=verdict,
+        resolution=_sig(eff["half"], 3),
+        df=eff["df"],
+    )
+    return out
+
+
+def _can_still_improve(dim, block):
+    """False when the interval already rules out a gain of the band in this dimension."""
+    ci = block.get("ratio_ci")
+    if ci is None:
+        return True
+    band = block["tolerance"]
+    if dim == "throughput":
+        return ci[1] >= 1.0 + band
+    return ci[0] <= 1.0 - band
+
+
+def _dim_phrase(dim, block, confidence):
+    if dim == "stalls":
+        if block.get("difference_ci") is None:
+            return "stalls: too few blocks"
+        return "stalled steps %.2f%% -> %.2f%% (%s points, %g%% CI %s to %s)" % (
+            block["before"] * 100.0,
+            block["after"] * 100.0,
+            _pct(block["difference"]).rstrip("%"),
+            confidence * 100.0,
+            _pct(block["difference_ci"][0]).rstrip("%"),
+            _pct(block["difference_ci"][1]).rstrip("%"),
+        )
+    if block.get("ratio_ci") is None:
+        return "%s: too few blocks" % block["label"]
+    if dim == "throughput":
+        r = block["ratio"]
+        return "throughput %s %.1f%% (%g%% CI %s to %s)" % (
+            "rose" if r >= 1 else "fell",
+            abs(r - 1.0) * 100.0,
+            confidence * 100.0,
+            _pct(block["ratio_ci"][0] - 1.0),
+            _pct(block["ratio_ci"][1] - 1.0),
+        )
+    return "%s %s -> %s ms (x%.3g, %g%% CI x%.3g-x%.3g)" % (
+        block["label"],
+        _ms(block["before"]),
+        _ms(block["after"]),
+        block["ratio"],
+        confidence * 100.0,
+        block["ratio_ci"][0],
+        block["ratio_ci"][1],
+    )
+
+
+def _unknown_phrase(dim, block):
+    res = block.get("resolution")
+    if res is None:
+        return "%s: too few blocks to judge" % (block["label"] if dim != "stalls" else "stalls")
+    if dim == "stalls":
+        return "stalls: within block-to-block noise, +-%.2f points" % (res * 100.0)
+    return "%s: within block-to-block noise, +-%.1f%%" % (block["label"], res * 100.0)
+
+
+def judge_blocks(
+    before,
+    after,
+    policy="improve",
+    tail_quantile=0.99,
+    tail_tolerance=0.05,
+    min_gain=0.02,
+    confidence=0.95,
+    stall_factor=3.0,
+    stall_tolerance=0.005,
+    final=False,
+    looks=1,
+):
+    """Judge one change from blocks of step times (see the module docstring).
+
+    ``before``/``after``: a list of blocks (each a list of step ms) or a dict
+    ``{"blocks": [...], "throughput": [per block], "at": [position of each block]}``.
+    ``looks``: how many looks the sequential design plans; each uses
+    ``1 - (1 - confidence) / looks``. Returns the decision record; raises ValueError naming
+    the offending argument.
+    """
+    if policy not in POLICIES:
+        raise ValueError("policy must be one of %s, got %r" % (", ".join(POLICIES), policy))
+    s = check_settings(
+        {
+            "tail_quantile": tail_quantile,
+            "tail_tolerance": tail_tolerance,
+            "min_gain": min_gain,
+            "confidence": confidence,
+            "stall_factor": stall_factor,
+            "stall_tolerance": stall_tolerance,
+        },
+        prefix="",
+    )
+    if not isinstance(final, bool):
+        raise ValueError("final must be a boolean, got %r" % (final,))
+    if isinstance(looks, bool) or not isinstance(looks, int) or looks < 1:
+        raise ValueError("looks must be a positive integer, got %r" % (looks,))
+    b = normalise_side(before, "before")
+    a = normalise_side(after, "after")
+    q = s["tail_quantile"]
+    conf_look = look_confidence(s["confidence"], looks)
+    stall_ms = s["stall_factor"] * quantile(sorted(quantile(x, 0.5) for x in b["blocks"]), 0.5)
+    sb = [
+        block_statistics(x, q, stall_ms, None if b["throughput"] is None else b["throughput"][i])
+        for i, x in enumerate(b["blocks"])
+    ]
+    sa = [
+        block_statistics(x, q, stall_ms, None if a["throughput"] is None else a["throughput"][i])
+        for i, x in enumerate(a["blocks"])
+    ]
+
+    def col(stats, key):
+        return [st[key] for st in stats]
+
+    at_b, at_a = b["at"], a["at"]
+    tail_label = "slowest %s%%" % ("%g" % ((1.0 - q) * 100.0))
+    dims = {}
+    dims["throughput"], _e = _ratio_dim(
+        "throughput", "throughput", col(sb, "throughput"), col(sa, "throughput"), at_b, at_a, conf_look, s["min_gain"]
+    )
+    dims["p50"], _e = _ratio_dim("p50", "p50", col(sb, "p50"), col(sa, "p50"), at_b, at_a, conf_look, s["min_gain"])
+    dims["tail"], _e = _ratio_dim(
+        "tail", tail_label, col(sb, "tail"), col(sa, "tail"), at_b, at_a, conf_look, s["tail_tolerance"]
+    )
+    dims["stalls"] = _stall_dim(
+        col(sb, "stalls"), col(sa, "stalls"), at_b, at_a, conf_look, s["stall_tolerance"], s["stall_factor"]
+    )
+    p99, _e = _ratio_dim(
+        "p99", quantile_label(q), col(sb, "p99"), col(sa, "p99"), at_b, at_a, conf_look, s["tail_tolerance"]
+    )
+    p99["decides"] = False
+    dims["tail"]["quantile"] = q
+    dims["tail"]["p99_before"] = p99["before"]
+    dims["tail"]["p99_after"] = p99["after"]
+    verdicts = {d: dims[d]["verdict"] for d in DIMENSIONS}
+    result = {
+        "decision": "inconclusive",
+        "reason": "",
+        "policy": policy,
+        "final": final,
+        "method": "blocks",
+        "blocks_before": len(b["blocks"]),
+        "blocks_after": len(a["blocks"]),
+        "n_before": sum(len(x) for x in b["blocks"]),
+        "n_after": sum(len(x) for x in a["blocks"]),
+        "confidence": s["confidence"],
+        "looks": looks,
+        "confidence_per_look": _sig(conf_look),
+        "stall_ms": _sig(stall_ms),
+        "tolerances": {
+            "tail": s["tail_tolerance"],
+            "min_gain": s["min_gain"],
+            "p50": s["min_gain"],
+            "stalls": s["stall_tolerance"],
+        },
+        "throughput": dims["throughput"],
+        "p50": dims["p50"],
+        "tail": dims["tail"],
+        "stalls": dims["stalls"],
+        "p99": p99,
+        "verdicts": verdicts,
+        "unresolved": [],
+        "resolved": False,
+    }
+    return _decide(result, conf_look)
+
+
+def _decide(result, conf):
+    v = result["verdicts"]
+    policy, final = result["policy"], result["final"]
+    dims = {d: result[d] for d in DIMENSIONS}
+    worse = [d for d in DIMENSIONS if v[d] == "worse"]
+    unknown = [d for d in DIMENSIONS if v[d] == "unknown"]
+    result["unresolved"] = [_unknown_phrase(d, dims[d]) for d in unknown]
+    measured = "; ".join(_dim_phrase(d, dims[d], conf) for d in DIMENSIONS)
+    blocks = "%d+%d blocks" % (result["blocks_before"], result["blocks_after"])
+    if worse:
+        tp = dims["throughput"]
+        note = ""
+        if "throughput" not in worse and tp.get("ratio") is not None and tp["ratio"] > 1.0 and v["throughput"] != "unknown":
+            note = ", although throughput rose %.1f%%" % ((tp["ratio"] - 1.0) * 100.0)
+        first = worse[0]
+        names = {"throughput": "throughput fell", "p50": "the median step time rose", "tail": "the tail rose",
+                 "stalls": "more steps stalled"}
+        result.update(
+            decision="rollback",
+            resolved=True,
+            reason="rollback: %s beyond the %g%% tolerance (%s)%s [%s]"
+            % (
+                " and ".join(names[d] for d in worse),
+                (result["tolerances"]["min_gain" if first == "throughput" else first] * 100.0),
+                "; ".join(_dim_phrase(d, dims[d], conf) for d in worse),
+                note,
+                blocks,
+            ),
+        )
+        return result
+    tail_ok = all(v[d] in ("better", "same") for d in TAIL_DIMENSIONS)
+    all_unknown = len(unknown) == len(DIMENSIONS)
+    noisy = " (this host is too noisy to judge any dimension with %s)" % blocks if all_unknown else ""
+    unresolved = "; unresolved: %s" % "; ".join(result["unresolved"]) if unknown else ""
+    if policy == "improve":
+        improved = [d for d in DIMENSIONS if v[d] == "better"]
+        others_ok = all(v[d] != "unknown" for d in ("throughput", "p50"))
+        if improved and tail_ok and (others_ok or v["throughput"] == "better"):
+            result.update(
+                decision="keep",
+                resolved=True,
+                reason="keep: significant improvement in %s and the tail is not worse: %s [%s]"
+                % (", ".join(improved), measured, blocks),
+            )
+            return result
+        if not improved and not any(_can_still_improve(d, dims[d]) for d in ("throughput", "p50", "tail")):
+            result.update(
+                decision="rollback",
+                resolved=True,
+                reason="rollback: no improvement of the %g%% asked for in any dimension: %s [%s]"
+                % (result["tolerances"]["min_gain"] * 100.0, measured, blocks),
+            )
+            return result
+        if final:
+            result.update(
+                decision="rollback",
+                reason="rollback: no significant improvement shown%s: %s%s [%s]" % (noisy, measured, unresolved, blocks),
+            )
+        else:
+            result["reason"] = "inconclusive: no improvement shown yet: %s%s [%s]" % (measured, unresolved, blocks)
+        return result
+    if not unknown:
+        result.update(
+            decision="keep",
+            resolved=True,
+            reason="keep: nothing is worse: %s [%s]" % (measured, blocks),
+        )
+        return result
+    if final:
+        result.update(
+            decision="keep",
+            reason="keep: no regression shown%s: %s%s [%s]" % (noisy, measured, unresolved, blocks),
+        )
+    else:
+        result["reason"] = "inconclusive: a regression within the noise is not ruled out yet: %s%s [%s]" % (
+            measured,
+            unresolved,
+            blocks,
+        )
+    return result
+
+
+# ------------------------------------------------------------------ several workloads
+
+
+def combine(results, policy, final):
+    """One decision for a layer judged on several workloads: ``{workload: judge_blocks result}``.
+
+    Any workload measured worse rolls the layer back. ``improve`` keeps the layer when one
+    workload shows a significant improvement and every other one is resolved without a
+    regression; ``no_regression`` keeps it when no workload is worse and every one is
+    resolved (or on the last look). The primary workload is the one that decided.
+    """
+    names = list(results)
+    worse = [w for w in names if any(v == "worse" for v in results[w]["verdicts"].values())]
+    keeps = [w for w in names if results[w]["decision"] == "keep"]
+    resolved = all(results[w]["resolved"] for w in names)
+    if worse:
+        primary, decision, done = worse[0], "rollback", True
+    elif policy == "improve":
+        if keeps and resolved:
+            primary, decision, done = keeps[0], "keep", True
+        elif resolved:
+            primary, decision, done = names[0], "rollback", True
+        elif final:
+            primary, decision, done = (keeps[0] if keeps else names[0]), "rollback", False
+            if keeps:
+                decision = "keep"
+        else:
+            primary, decision, done = names[0], "inconclusive", False
+    elif resolved:
+        primary, decision, done = names[0], "keep", True
+    else:
+        primary, decision, done = names[0], ("keep" if final else "inconclusive"), False
+    out = dict(results[primary])
+    parts = []
+    for w in [primary] + [n for n in names if n != primary]:
+        parts.append("%s: %s" % (w, results[w]["reason"]))
+    out.update(
+        decision=decision,
+        resolved=done,
+        final=final,
+        workload=primary,
+        reason=("%s on %s" % (decision, "; ".join(parts))) if len(names) > 1 else "%s (%s)" % (out["reason"], primary),
+        workloads={w: results[w] for w in names},
+    )
+    return out
+
+
+class Trial:
+    """Balanced, sequential measurement of one layer on one or more workloads.
+
+    ``set_layer(on)`` takes the layer off or puts it back through the settings engine;
+    ``measure(workload)`` runs one block and returns ``{"samples_ms": [...], "void": bool,
+    "throughput": number or None, "reason": str}``. The layer is on when the trial starts
+    (its role has just applied it) and is on again when it ends: blocks run in the order
+    on, off, off, on, on, off, off, on ... and the gate looks after every quad once both arms
+    have ``min_blocks``, until the decision is resolved or the budget is spent.
+    """
+
+    ORDER = ("on", "off", "off", "on")
+
+    def __init__(self, workloads, set_layer, measure, policy, settings, clock):
+        if not workloads:
+            raise ValueError("a trial needs at least one workload")
+        self.workloads = list(workloads)
+        self.set_layer = set_layer
+        self.measure = measure
+        self.policy = policy
+        self.s = settings
+        self.clock = clock
+        self.looks = planned_looks(settings["min_blocks"], settings["max_blocks"])
+        self.data = None
+
+    def samples(self, workload):
+        """Every step of one workload per arm, pooled (for plots; the gate judges blocks)."""
+        arms = (self.data or {}).get(workload) or {"on": {"blocks": []}, "off": {"blocks": []}}
+        return {
+            "without": [v for block in arms["off"]["blocks"] for v in block],
+            "with": [v for block in arms["on"]["blocks"] for v in block],
+        }
+
+    def _judge(self, data, final):
+        results = {}
+        for w in self.workloads:
+            arms = data[w]
+            try:
+                results[w] = judge_blocks(
+                    {k: v for k, v in arms["off"].items() if v is not None},
+                    {k: v for k, v in arms["on"].items() if v is not None},
+                    policy=self.policy,
+                    tail_quantile=self.s["tail_quantile"],
+                    tail_tolerance=self.s["tail_tolerance"],
+                    min_gain=self.s["min_gain"],
+                    confidence=self.s["confidence"],
+                    stall_factor=self.s["stall_factor"],
+                    stall_tolerance=self.s["stall_tolerance"],
+                    final=final,
+                    looks=self.looks,
+                )
+            except ValueError as exc:
+                results[w] = {
+                    "decision": "keep" if self.policy == "no_regression" else "rollback",
+                    "resolved": False,
+                    "reason": "not judged: %s" % exc,
+                    "verdicts": dict.fromkeys(DIMENSIONS, "unknown"),
+                    "policy": self.policy,
+                }
+        return combine(results, self.policy, final)
+
+    def run(self):
+        data = {w: {"on": {"blocks": [], "at": []}, "off": {"blocks": [], "at": []}} for w in self.workloads}
+        tps = {w: {"on": [], "off": []} for w in self.workloads}
+        per_arm = {"on": 0, "off": 0}
+        order, voids = [], []
+        on, toggles, position, quads = True, 0, 0, 0
+        start = self.clock()
+        result = None
+        while True:
+            for arm in self.ORDER:
+                want = arm == "on"
+                if want != on:
+                    self.set_layer(want)
+                    on = want
+                    toggles += 1
+                for w in self.workloads:
+                    block = self.measure(w)
+                    position += 1
+                    if block.get("void"):
+                        voids.append({"workload": w, "arm": arm, "position": position, "reason": block.get("reason")})
+                        continue
+                    data[w][arm]["blocks"].append(block["samples_ms"])
+                    data[w][arm]["at"].append(position)
+                    tps[w][arm].append(block.get("throughput"))
+                per_arm[arm] += 1
+                order.append(arm)
+            quads += 1
+            elapsed = self.clock() - start
+            per_quad = elapsed / quads
+            last = (
+                per_arm["on"] + 2 > self.s["max_blocks"]
+                or elapsed + per_quad > self.s["max_seconds"]
+            )
+            if per_arm["on"] < self.s["min_blocks"] and not last:
+                continue
+            for w in self.workloads:
+                for arm in ("on", "off"):
+                    vals = tps[w][arm]
+                    given = vals and all(v is not None for v in vals)
+                    data[w][arm]["throughput"] = list(vals) if given else None
+            result = self._judge(data, final=last)
+            if result["resolved"] or last:
+                break
+        self.data = data
+        result.update(
+            blocks={"with": per_arm["on"], "without": per_arm["off"]},
+            seconds=round(self.clock() - start, 1),
+            toggles=toggles,
+            order=order,
+            void_blocks=voids,
+        )
+        return result
+
+
+# ------------------------------------------------------------------ which workloads
+
+
+MIN_GPUS = {"allreduce": 2}
+
+
+def resolve_workloads(candidates, gpu_count, override=None):
+    """The workloads that measure a layer on this host.
+
+    ``candidates``: the layer's entry of ``stacktune_gate_workloads`` (workloads that can see
+    the layer, in order). ``override``: ``stacktune_bench_workload`` when it is not ``auto``
+    (the user's own ``command``, or one built-in workload for every layer). GPU workloads
+    run where there are enough GPUs (all-reduce needs 2); the CPU ones only where none of the
+    GPU ones can. An empty list means the layer is not measurable here.
+    """
+    if override not in (None, "", "auto"):
+        return [override]
+    known = set(GPU_WORKLOADS) | set(CPU_WORKLOADS) | {"auto", "command"}
+    for name in candidates:
+        if name not in known:
+            raise ValueError("unknown workload %r (known: %s)" % (name, ", ".join(sorted(known))))
+    gpu = [w for w in candidates if w in GPU_WORKLOADS and gpu_count >= MIN_GPUS.get(w, 1)]
+    if gpu:
+        return gpu
+    if "auto" in candidates:
+        return ["auto"]
+    return [w for w in candidates if w in CPU_WORKLOADS]
+
+
+# ------------------------------------------------------------------------ calibration
+
+
+def _sd(values):
+    if len(values) < 2:
+        return None
+    m = mean(values)
+    return math.sqrt(math.fsum((v - m) ** 2 for v in values) / (len(values) - 1))
+
+
+def calibrate(workloads, measure, settings, blocks, clock):
+    """Identical blocks per workload: the block-to-block noise per dimension and what the budget resolves.
+
+    Blocks of the workloads are interleaved; each workload's blocks are split into two arms in
+    the A B B A order the gate uses and judged as an A/A pair. Per dimension it returns the
+    spread between blocks (standard deviation of the per-block statistic, as a percentage of
+    its level, or in points for stalls), the interval the A/A pair gave, and the smallest
+    change the gate can resolve at its budget (``max_blocks`` per arm, with the confidence of
+    one of its planned looks).
+    """
+    data = {w: [] for w in workloads}
+    seconds = {w: 0.0 for w in workloads}
+    voids = {w: 0 for w in workloads}
+    for _i in range(blocks):
+        for w in workloads:
+            t0 = clock()
+            block = measure(w)
+            seconds[w] += clock() - t0
+            if block.get("void"):
+                voids[w] += 1
+                continue
+            data[w].append(block)
+    looks = planned_looks(settings["min_blocks"], settings["max_blocks"])
+    conf = look_confidence(settings["confidence"], looks)
+    out = {}
+    for w in workloads:
+        got = data[w]
+        entry = {"blocks": len(got), "void_blocks": voids[w], "seconds_per_block": _sig(seconds[w] / blocks, 3)}
+        out[w] = entry
+        if len(got) < 4:
+            entry["error"] = "fewer than 4 usable blocks"
+            continue
+        order = [("on", "off", "off", "on")[i % 4] for i in range(len(got))]
+        arms = {"on": {"blocks": [], "at": []}, "off": {"blocks": [], "at": []}}
+        for i, (arm, block) in enumerate(zip(order, got)):
+            arms[arm]["blocks"].append(block["samples_ms"])
+            arms[arm]["at"].append(i + 1)
+        res = judge_blocks(
+            arms["off"],
+            arms["on"],
+            policy="no_regression",
+            tail_quantile=settings["tail_quantile"],
+            tail_tolerance=settings["tail_tolerance"],
+            min_gain=settings["min_gain"],
+            confidence=settings["confidence"],
+            stall_factor=settings["stall_factor"],
+            stall_tolerance=settings["stall_tolerance"],
+            final=True,
+            looks=looks,
+        )
+        q = settings["tail_quantile"]
+        stall_ms = res["stall_ms"]
+        stats = [block_statistics(sorted(b["samples_ms"]), q, stall_ms) for b in got]
+        per_arm = len(got) // 2
+        dims = {}
+        for dim in DIMENSIONS + ("p99",):
+            vals = [st[dim] for st in stats]
+            if dim == "stalls":
+                spread = _sd(vals)
+                level = mean(vals)
+            else:
+                spread = _sd([math.log(v) for v in vals])
+                level = math.exp(mean([math.log(v) for v in vals]))
+            block = res[dim]
+            half_now = block.get("resolution")
+            at_budget = None
+            df_now = block.get("df")
+            if half_now is not None and df_now:
+                df_budget = 2 * settings["max_blocks"] - (3 if block.get("drift_fitted", True) else 2)
+                scale = math.sqrt(per_arm / float(settings["max_blocks"])) * (
+                    t_ppf(0.5 + conf / 2.0, df_budget) / t_ppf(0.5 + conf / 2.0, df_now)
+                )
+                if dim == "stalls":
+                    at_budget = half_now * scale
+                else:
+                    at_budget = math.exp(math.log1p(half_now) * scale) - 1.0
+            dims[dim] = {
+                "level": _sig(level, 4),
+                "spread_between_blocks": _sig(spread, 3),
+                "min": _sig(min(vals), 4),
+                "max": _sig(max(vals), 4),
+                "aa_verdict": block["verdict"],
+                "resolvable_now": half_now,
+                "resolvable_at_budget": _sig(at_budget, 3),
+            }
+        entry.update(dimensions=dims, aa_decision=res["decision"], aa_reason=res["reason"])
+    return {
+        "workloads": out,
+        "table": calibration_table(out, settings),
+        "confidence_per_look": _sig(conf),
+        "looks": looks,
+        "budget": {k: settings[k] for k in ("min_blocks", "max_blocks", "max_seconds")},
+    }
+
+
+def calibration_table(workloads, settings):
+    """Lines for people: per workload and dimension, the noise and what the gate resolves."""
+    head = "%-14s %-10s %12s %14s %-8s %12s %12s" % (
+        "workload",
+        "dimension",
+        "level",
+        "block spread",
+        "A/A",
+        "resolves now",
+        "at budget",
+    )
+    lines = [head, "-" * len(head)]
+    for w, entry in workloads.items():
+        if "dimensions" not in entry:
+            lines.append("%-14s %s (%d usable blocks)" % (w, entry.get("error", "not measured"), entry["blocks"]))
+            continue
+        for dim in DIMENSIONS + ("p99",):
+            d = entry["dimensions"][dim]
+            if dim == "stalls":
+                level = "%.2f%%" % (d["level"] * 100.0)
+                spread = "%.2f pts" % ((d["spread_between_blocks"] or 0.0) * 100.0)
+                now = "-" if d["resolvable_now"] is None else "+-%.2f pts" % (d["resolvable_now"] * 100.0)
+                later = "-" if d["resolvable_at_budget"] is None else "+-%.2f pts" % (d["resolvable_at_budget"] * 100.0)
+            else:
+                level = ("%.4g" % d["level"]) + ("/s" if dim == "throughput" else " ms")
+                spread = "%.1f%%" % ((d["spread_between_blocks"] or 0.0) * 100.0)
+                now = "-" if d["resolvable_now"] is None else "+-%.1f%%" % (d["resolvable_now"] * 100.0)
+                later = "-" if d["resolvable_at_budget"] is None else "+-%.1f%%" % (d["resolvable_at_budget"] * 100.0)
+            lines.append(
+                "%-14s %-10s %12s %14s %-8s %12s %12s"
+                % (w if dim == "throughput" else "", dim, level, spread, d["aa_verdict"], now, later)
+            )
+        lines.append(
+            "%-14s %d blocks (%d void), %.1f s per block; budget %d-%d blocks per arm, %d s per layer"
+            % (
+                "",
+                entry["blocks"],
+                entry["void_blocks"],
+                entry["seconds_per_block"],
+                settings["min_blocks"],
+                settings["max_blocks"],
+                settings["max_seconds"],
+            )
+        )
+    return lines

@@ -1,0 +1,167 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gate_layer
+short_description: Measure one applied layer in balanced blocks, judge it, and keep or restore it
+version_added: 0.2.0
+author: stacktune maintainers (@stacktune)
+description:
+  - An action plugin. It runs on the controller and drives two modules on the host:
+    M(stacktune.gpu.bench) for every measured block (one process run of a workload) and
+    M(stacktune.gpu.host_settings) for every switch of the layer off (C(state=restored),
+    C(restore_to=snapshot)) and back on (C(state=reapplied)).
+  - "With O(mode=gate) the layer has just been applied by its role. Blocks run in the
+    order with, without, without, with, with, without, without, with ... (A B B A quads), so
+    drift of the host falls on both arms. After O(gate.min_blocks) blocks per arm, and after
+    every further quad, the gate judges throughput, median, tail (mean of the slowest 1%)
+    and the share of stalled steps, each from one statistic per block, with intervals that
+    include the block-to-block noise. It stops once its policy's question is answered or the
+    budget (O(gate.max_blocks), O(gate.max_seconds)) is spent, then keeps the layer
+    (C(state=kept)) or puts it back to its snapshot, journaling the decision either way."
+  - A dimension the blocks cannot resolve is reported C(unknown) with the smallest change
+    it could have seen; it never hides a dimension that is resolved (a throughput collapse
+    is a rollback whatever the tail shows).
+  - A layer that none of its O(workloads) can measure on this host is kept or rolled back
+    per O(unmeasurable) and reported as not measurable, never judged on an unrelated
+    workload.
+  - With O(mode=calibrate) nothing is changed: identical blocks of each workload give the
+    block-to-block noise per dimension and the smallest change the budget can resolve.
+  - See docs/gate.md for the statistics and the measured error rates.
+options:
+  mode:
+    description: V(gate) measures and decides one layer; V(calibrate) only measures the host's noise.
+    type: str
+    choices: [gate, calibrate]
+    default: gate
+  layer:
+    description: The layer (as journaled by M(stacktune.gpu.host_settings)); required with O(mode=gate).
+    type: str
+  policy:
+    description:
+      - V(improve) keeps only a significant improvement with a tail that is shown not worse;
+        V(no_regression) keeps anything not shown worse.
+    type: str
+    choices: [improve, no_regression]
+    default: improve
+  workloads:
+    description:
+      - Built-in workloads of M(stacktune.gpu.bench) that can see this layer, in order. GPU
+        workloads run where the host has enough GPUs (V(allreduce) needs 2), the CPU ones only
+        where no GPU one can. Every block measures each chosen workload once.
+    type: list
+    elements: str
+    default: []
+  workload:
+    description:
+      - A workload that replaces O(workloads) for this layer (the user's V(command), or one
+        built-in workload for every layer). V(auto) or empty keeps O(workloads).
+    type: str
+  gpu_count:
+    description: GPUs on the host (from the facts).
+    type: int
+    default: 0
+  bench:
+    description:
+      - Options handed to M(stacktune.gpu.bench) for every block (C(command), C(python),
+        C(size), C(steps), C(warmup), C(timeout), C(device), C(workers), C(env)).
+    type: dict
+    default: {}
+  gate:
+    description:
+      - The gate's settings; each is checked here and in the playbook's validation with the
+        same rule (module_utils C(_blocks.check_settings)).
+      - "C(tail_quantile) (0.99), C(tail_tolerance) (0.05), C(min_gain) (0.02),
+        C(confidence) (0.95, over the whole sequence of looks), C(stall_factor) (3: a step
+        slower than 3x the median is a stall), C(stall_tolerance) (0.005: half a percentage
+        point more stalled steps), C(min_blocks) (4 per arm), C(max_blocks) (8 per arm),
+        C(max_seconds) (1800 per layer)."
+    type: dict
+    default: {}
+  unmeasurable:
+    description: What happens to a layer no workload here can measure.
+    type: str
+    choices: [keep, rollback]
+    default: keep
+  blocks:
+    description: With O(mode=calibrate), identical blocks per workload (default twice O(gate.max_blocks)).
+    type: int
+  run_id:
+    description: Identifier of the run, recorded in the journal.
+    type: str
+    default: manual
+  journal_dir:
+    description: Directory of the on-host journal.
+    type: path
+    default: /var/lib/stacktune
+attributes:
+  action:
+    support: full
+    description: Runs on the controller and executes modules on the host.
+  check_mode:
+    support: full
+    description: In check mode nothing is measured or changed (the task is skipped).
+  diff_mode:
+    support: none
+    description: The settings engine reports the changes; this plugin only toggles them.
+  idempotent:
+    support: none
+    description: Each run measures again; it keeps or restores the layer it was given.
+  platform:
+    platforms: posix
+"""
+
+EXAMPLES = r"""
+- name: Judge the nccl layer on the all-reduce, keep it or put it back
+  stacktune.gpu.gate_layer:
+    layer: nccl
+    policy: no_regression
+    workloads: [allreduce]
+    gpu_count: "{{ ansible_facts.stacktune.gpu_count }}"
+    bench: {python: /opt/torch/.venv/bin/python3, size: 64, steps: 400}
+    gate: {max_blocks: 12, max_seconds: 600}
+  register: nccl_gate
+
+- name: How much noise does this host have, and what can the gate resolve?
+  stacktune.gpu.gate_layer:
+    mode: calibrate
+    workloads: [gemm, h2d_pinned]
+    gpu_count: 1
+    bench: {python: /opt/torch/.venv/bin/python3}
+    blocks: 12
+"""
+
+RETURN = r"""
+gate:
+  description:
+    - The decision record (mode gate), also written to the journal: C(decision) (keep or
+      rollback), C(reason), C(resolved) (false when the budget ran out first), per dimension
+      (C(throughput), C(p50), C(tail), C(stalls), and C(p99), which is reported only) the
+      per-block values, the ratio with its interval, the verdict and C(resolution) (the
+      smallest change it could have seen), C(unresolved) phrases, C(blocks) per arm,
+      C(seconds), C(toggles), C(workloads) (one record per workload measured) and
+      C(measurable).
+  returned: mode gate
+  type: dict
+  sample:
+    decision: rollback
+    reason: "rollback: throughput fell beyond the 2% tolerance (throughput fell 86.8% ...) [4+4 blocks] (allreduce)"
+    resolved: true
+    blocks: {with: 4, without: 4}
+    seconds: 81.4
+calibration:
+  description:
+    - Per workload (mode calibrate) the usable and void blocks, seconds per block, and per
+      dimension the level, the spread between blocks, the A/A verdict and the change
+      resolvable now and at the budget.
+  returned: mode calibrate
+  type: dict
+"""
