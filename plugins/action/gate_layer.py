@@ -134,11 +134,14 @@ class ActionModule(ActionBase):
             result.update(changed=True, gate=decision, samples={"without": [], "with": []})
             return result
 
+        state = {"on": True}
+
         def set_layer(on):
             if on:
                 self._engine("reapplied", task_vars)
             else:
                 self._engine("restored", task_vars, restore_to="snapshot")
+            state["on"] = on
 
         trial = Trial(
             workloads,
@@ -151,11 +154,14 @@ class ActionModule(ActionBase):
         try:
             decision = trial.run()
         except AnsibleActionFail as exc:
-            try:
-                self._engine("restored", task_vars, restore_to="snapshot")
-                note = "the layer was put back to its snapshot"
-            except AnsibleActionFail as again:
-                note = "putting the layer back to its snapshot failed too (%s)" % again
+            # Leave the layer applied and unjudged, as a killed run would: the next run's
+            # recovery puts it back to its snapshot without marking its settings rejected.
+            note = "the layer is left applied and unjudged; the next tune.yml run puts it back to its snapshot first"
+            if not state["on"]:
+                try:
+                    set_layer(True)
+                except AnsibleActionFail as again:
+                    note = "putting the layer back on failed too (%s); run playbooks/rollback.yml" % again
             raise AnsibleActionFail("Failed to measure layer %s: %s; %s" % (a["layer"], exc, note))
         decision["measurable"] = True
         decision["workloads_measured"] = workloads

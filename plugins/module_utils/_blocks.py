@@ -481,7 +481,7 @@ def _dim_phrase(dim, block, confidence):
     if dim == "stalls":
         if block.get("difference_ci") is None:
             return "stalls: too few blocks"
-        return "stalled steps %.2f%% -> %.2f%% (%s points, %g%% CI %s to %s)" % (
+        return "stalled steps %.2f%% -> %.2f%% (%s points, %.3g%% CI %s to %s)" % (
             block["before"] * 100.0,
             block["after"] * 100.0,
             _pct(block["difference"]).rstrip("%"),
@@ -493,14 +493,14 @@ def _dim_phrase(dim, block, confidence):
         return "%s: too few blocks" % block["label"]
     if dim == "throughput":
         r = block["ratio"]
-        return "throughput %s %.1f%% (%g%% CI %s to %s)" % (
+        return "throughput %s %.1f%% (%.3g%% CI %s to %s)" % (
             "rose" if r >= 1 else "fell",
             abs(r - 1.0) * 100.0,
             confidence * 100.0,
             _pct(block["ratio_ci"][0] - 1.0),
             _pct(block["ratio_ci"][1] - 1.0),
         )
-    return "%s %s -> %s ms (x%.3g, %g%% CI x%.3g-x%.3g)" % (
+    return "%s %s -> %s ms (x%.3g, %.3g%% CI x%.3g-x%.3g)" % (
         block["label"],
         _ms(block["before"]),
         _ms(block["after"]),
@@ -671,6 +671,14 @@ def _decide(result, conf):
                 resolved=True,
                 reason="keep: significant improvement in %s and the tail is not worse: %s [%s]"
                 % (", ".join(improved), measured, blocks),
+            )
+            return result
+        if improved and final:
+            # the budget is spent: the tail was not resolved, but nothing was measured worse
+            result.update(
+                decision="keep",
+                reason="keep: significant improvement in %s and nothing measured worse: %s%s [%s]"
+                % (", ".join(improved), measured, unresolved, blocks),
             )
             return result
         if not improved and not any(_can_still_improve(d, dims[d]) for d in ("throughput", "p50", "tail")):

@@ -53,8 +53,26 @@ def test_filter_passes_options_through():
     assert res["policy"] == "no_regression"
     assert res["final"] is True
     assert res["decision"] == "keep"
-    widened = plugin.perf_gate(before, after, noise={"p99_ratio_ci": [0.9, 1.3]})
-    assert widened["tolerances"]["tail"] == pytest.approx(0.3)
+    loose = plugin.perf_gate(before, after, tail_tolerance=0.3)
+    assert loose["tolerances"]["tail"] == pytest.approx(0.3)
+
+
+def test_filter_judges_blocks_over_blocks():
+    """Blocks in, block-level inference out: a 15% slower arm is rolled back on throughput."""
+    without = [lognormal(10 + i, 200, median=10.0 * (1 + 0.01 * (i % 3)), sigma=0.05) for i in range(4)]
+    with_ = [[x * 1.15 for x in lognormal(20 + i, 200, median=10.0 * (1 + 0.01 * (i % 3)), sigma=0.05)] for i in range(4)]
+    res = plugin.perf_gate(without, with_, "no_regression", final=True)
+    assert res["method"] == "blocks"
+    assert res["decision"] == "rollback"
+    assert res["verdicts"]["throughput"] == "worse"
+    assert res["blocks_before"] == res["blocks_after"] == 4
+
+
+def test_gate_settings_check_names_the_variable():
+    assert plugin.gate_settings_check({"tail_tolerance": 0.05}, {"max_blocks": 8}, {"nccl": ["allreduce"]}) == ""
+    assert "stacktune_gate_tail_tolerance" in plugin.gate_settings_check({"tail_tolerance": 1.5})
+    assert "stacktune_gate_budget.min_blocks" in plugin.gate_settings_check({}, {"min_blocks": 1})
+    assert "stacktune_gate_workloads.nccl" in plugin.gate_settings_check({}, {}, {"nccl": "allreduce"})
 
 
 def test_filter_accepts_bench_dicts():

@@ -284,3 +284,41 @@ def test_boot_arguments_are_refused_where_grub_drop_ins_are_not_read(fakeroot, h
     assert "grubby" in row["reason"]
     assert hash_tree(fakeroot, exclude=("var/lib/stacktune",)) == before
     assert not os.path.exists(os.path.join(str(fakeroot), "etc/default/grub.d/60-stacktune-kernel.cfg"))
+
+
+def test_gate_toggles_a_layer_off_and_on_through_the_engine(fakeroot, hash_tree):
+    """The gate's A B B A schedule: restore to snapshot, re-apply, repeat; then keep or roll back."""
+    pristine = hash_tree(fakeroot)
+    engine(fakeroot, "kernel").apply(KERNEL[:3], "run1")
+    applied = hash_tree(fakeroot)
+    for _round in range(2):
+        engine(fakeroot, "kernel").restore("snapshot", "run1")
+        assert hash_tree(fakeroot) == pristine
+        again = engine(fakeroot, "kernel").reapply("run1")
+        assert again["layer_state"] == "applied"
+        assert hash_tree(fakeroot) == applied
+    engine(fakeroot, "kernel").restore("snapshot", "run1", {"decision": "rollback"})
+    assert hash_tree(fakeroot) == pristine
+    entry = Journal(os.path.join(str(fakeroot), "var/lib/stacktune")).load("kernel")
+    assert entry["state"] == "rolled_back"
+    assert [e["action"] for e in entry["history"]].count("restore_snapshot") == 3
+
+
+def test_reapply_after_a_kept_layer_returns_to_the_kept_state(fakeroot, hash_tree):
+    first = [{"kind": "sysctl", "key": "vm.swappiness", "value": "10"}]
+    engine(fakeroot, "kernel").apply(first, "run1")
+    engine(fakeroot, "kernel").keep("run1", {"decision": "keep"})
+    kept = hash_tree(fakeroot)
+    second = first + [{"kind": "sysctl", "key": "vm.max_map_count", "value": "1048576"}]
+    engine(fakeroot, "kernel").apply(second, "run2")
+    engine(fakeroot, "kernel").restore("snapshot", "run2")
+    assert hash_tree(fakeroot) == kept
+    engine(fakeroot, "kernel").reapply("run2")
+    assert read(fakeroot, "/proc/sys/vm/max_map_count") == "1048576\n"
+    engine(fakeroot, "kernel").restore("snapshot", "run2", {"decision": "rollback"})
+    assert hash_tree(fakeroot) == kept
+
+
+def test_reapply_without_a_toggled_layer_is_refused(fakeroot):
+    with pytest.raises(SpecError, match="no settings taken off by the gate"):
+        engine(fakeroot, "kernel").reapply("run1")
