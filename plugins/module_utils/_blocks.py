@@ -399,7 +399,13 @@ def _pct(x):
     return "%+.1f%%" % (x * 100.0)
 
 
-def _ratio_dim(name, label, bs, as_, at_b, at_a, confidence, band, log=True):
+def _strictly_better(eff, better_conf, sign):
+    """Whether the effect is an improvement at ``better_conf``: ``sign`` -1 when lower is better."""
+    half = t_ppf(0.5 + better_conf / 2.0, eff["df"]) * eff["se"]
+    return eff["delta"] + half < 0.0 if sign < 0 else eff["delta"] - half > 0.0
+
+
+def _ratio_dim(name, label, bs, as_, at_b, at_a, confidence, band, better_conf=None):
     ys_b = [math.log(v) for v in bs]
     ys_a = [math.log(v) for v in as_]
     eff = arm_effect(ys_b, ys_a, at_b, at_a, confidence)
@@ -420,6 +426,9 @@ def _ratio_dim(name, label, bs, as_, at_b, at_a, confidence, band, log=True):
     ratio = math.exp(eff["delta"])
     ci = (math.exp(eff["lo"]), math.exp(eff["hi"]))
     verdict = (_throughput_verdict if name == "throughput" else _latency_verdict)(ratio, ci, band)
+    if verdict == "better" and better_conf is not None:
+        if not _strictly_better(eff, better_conf, 1 if name == "throughput" else -1):
+            verdict = "same"
     out.update(
         ratio=_sig(ratio),
         ratio_ci=[_sig(ci[0]), _sig(ci[1])],
@@ -433,7 +442,7 @@ def _ratio_dim(name, label, bs, as_, at_b, at_a, confidence, band, log=True):
     return out, eff
 
 
-def _stall_dim(bs, as_, at_b, at_a, confidence, band, factor):
+def _stall_dim(bs, as_, at_b, at_a, confidence, band, factor, better_conf=None):
     eff = arm_effect(bs, as_, at_b, at_a, confidence)
     out = {
         "label": "steps beyond %gx the median" % factor,
@@ -450,7 +459,7 @@ def _stall_dim(bs, as_, at_b, at_a, confidence, band, factor):
     lo, hi, d = eff["lo"], eff["hi"], eff["delta"]
     if lo > band:
         verdict = "worse"
-    elif hi < 0.0 and d <= -band and band > 0:
+    elif hi < 0.0 and d <= -band and band > 0 and (better_conf is None or _strictly_better(eff, better_conf, -1)):
         verdict = "better"
     elif hi <= band:
         verdict = "same"
@@ -578,15 +587,36 @@ def judge_blocks(
     at_b, at_a = b["at"], a["at"]
     tail_label = "slowest %s%%" % ("%g" % ((1.0 - q) * 100.0))
     dims = {}
+    # "better" in any one of the dimensions keeps a layer under improve: each claim of an
+    # improvement is held to 1 - (1 - confidence_per_look) / dimensions, so that noise is
+    # no likelier to be kept as a gain than to be rolled back as a loss.
+    conf_better = 1.0 - (1.0 - conf_look) / len(DIMENSIONS)
     dims["throughput"], _e = _ratio_dim(
-        "throughput", "throughput", col(sb, "throughput"), col(sa, "throughput"), at_b, at_a, conf_look, s["min_gain"]
+        "throughput",
+        "throughput",
+        col(sb, "throughput"),
+        col(sa, "throughput"),
+        at_b,
+        at_a,
+        conf_look,
+        s["min_gain"],
+        conf_better,
     )
-    dims["p50"], _e = _ratio_dim("p50", "p50", col(sb, "p50"), col(sa, "p50"), at_b, at_a, conf_look, s["min_gain"])
+    dims["p50"], _e = _ratio_dim(
+        "p50", "p50", col(sb, "p50"), col(sa, "p50"), at_b, at_a, conf_look, s["min_gain"], conf_better
+    )
     dims["tail"], _e = _ratio_dim(
-        "tail", tail_label, col(sb, "tail"), col(sa, "tail"), at_b, at_a, conf_look, s["tail_tolerance"]
+        "tail", tail_label, col(sb, "tail"), col(sa, "tail"), at_b, at_a, conf_look, s["tail_tolerance"], conf_better
     )
     dims["stalls"] = _stall_dim(
-        col(sb, "stalls"), col(sa, "stalls"), at_b, at_a, conf_look, s["stall_tolerance"], s["stall_factor"]
+        col(sb, "stalls"),
+        col(sa, "stalls"),
+        at_b,
+        at_a,
+        conf_look,
+        s["stall_tolerance"],
+        s["stall_factor"],
+        conf_better,
     )
     p99, _e = _ratio_dim(
         "p99", quantile_label(q), col(sb, "p99"), col(sa, "p99"), at_b, at_a, conf_look, s["tail_tolerance"]
@@ -609,6 +639,7 @@ def judge_blocks(
         "confidence": s["confidence"],
         "looks": looks,
         "confidence_per_look": _sig(conf_look),
+        "confidence_better": _sig(conf_better),
         "stall_ms": _sig(stall_ms),
         "tolerances": {
             "tail": s["tail_tolerance"],
