@@ -12,7 +12,7 @@ RUN_DIR="${RUN_DIR:-/tmp/stacktune-gpu-run}"
 mkdir -p "$RUN_DIR"
 log="$RUN_DIR/gpu-host-run.log"
 exec > >(tee -a "$log") 2>&1
-steps="${*:-capture pytest facts bench tune acceptance}"  # also: safety
+steps="${*:-capture pytest facts bench tune acceptance}"  # also: safety gate-a gate-b calibrate
 py="${PYTHON:-python3}"
 if [ -d .whl ] && ! "$py" -c 'import ansible' 2>/dev/null; then
   "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -34,6 +34,20 @@ state_hash() {
 # the GPU host has no package manager state worth holding (image, no apt index): the driver layer is left out
 [ -n "${TUNE_VARS:-}" ] || TUNE_VARS='{"stacktune_bench_size": 4096, "stacktune_layers": ["bios", "memory", "kernel", "numa_irq", "gpu_settings", "nccl"]}'
 run() { echo; echo "===== $* ($(date -u +%T))"; "$@"; echo "===== rc=$? $1"; }
+# the block gate's runs: each layer on the workloads that can see it (all-reduce for memory,
+# kernel and nccl on this 2-GPU host; pinned copies for the null layers)
+GATE_VARS='{"stacktune_gate_default_policy": "no_regression",
+  "stacktune_gate_policies": {"memory": "no_regression", "nccl": "no_regression", "kernel": "improve"},
+  "stacktune_gate_workloads": {"memory": ["allreduce"], "kernel": ["allreduce"], "nccl": ["allreduce"],
+                               "default": ["h2d_pinned"]},
+  "stacktune_gate_budget": {"min_blocks": 4, "max_blocks": 6, "max_seconds": 600}}'
+make_nulls() {  # null_1 ... null_5: copies of the test-only null layer, each its own layer name
+  rm -rf /tmp/stacktune-null; mkdir -p /tmp/stacktune-null
+  for i in 1 2 3 4 5; do
+    cp -r tests/gpu/roles/null_layer "/tmp/stacktune-null/null_$i"
+    grep -rl null_layer "/tmp/stacktune-null/null_$i" | xargs sed -i "s/null_layer/null_$i/g"
+  done
+}
 for step in $steps; do
   case "$step" in
     capture) run env PYTHONPATH="collections:${PYTHONPATH:-}" "$py" tests/gpu/capture_topology.py "$RUN_DIR/h200.json" ;;
@@ -87,6 +101,32 @@ PY
       run ap playbooks/rollback.yml
       echo "state hash after rollback: $(state_hash after)"
       diff "$RUN_DIR/state-before.txt" "$RUN_DIR/state-after.txt" && echo "ROLLBACK EXACT: state after rollback == before tune"
+      ;;
+    gate-a)
+      # The block gate on two GPUs: memory (no_regression) and nccl with NCCL_P2P_DISABLE=1 judged
+      # on the all-reduce, and copies of a null layer (a file nothing reads) on pinned copies.
+      make_nulls
+      echo "state hash before the gate runs: $(state_hash before)"
+      run ap tune.yml -e stacktune_run_id=gate-a -e stacktune_report_dir="$RUN_DIR/reports" -e "$GATE_VARS" -e '{
+        "stacktune_layers": ["memory", "nccl", "/tmp/stacktune-null/null_1", "/tmp/stacktune-null/null_2"],
+        "nccl_env": {"NCCL_P2P_DISABLE": "1"}, "nccl_allow_tuning_knobs": true}'
+      run ap playbooks/rollback.yml
+      ;;
+    gate-b)
+      # NCCL_MAX_NCHANNELS=4 in the nccl layer and the kernel profile (improve) on the all-reduce,
+      # three more null layers
+      make_nulls
+      run ap tune.yml -e stacktune_run_id=gate-b -e stacktune_report_dir="$RUN_DIR/reports" -e "$GATE_VARS" -e '{
+        "stacktune_layers": ["nccl", "kernel", "/tmp/stacktune-null/null_3", "/tmp/stacktune-null/null_4",
+                             "/tmp/stacktune-null/null_5"],
+        "nccl_env": {"NCCL_MAX_NCHANNELS": "4"}, "nccl_allow_tuning_knobs": true}'
+      run ap playbooks/rollback.yml
+      echo "state hash after rollback: $(state_hash after)"
+      [ -e "$RUN_DIR/state-before.txt" ] && diff "$RUN_DIR/state-before.txt" "$RUN_DIR/state-after.txt" \
+        && echo "ROLLBACK EXACT: state after rollback == before the gate runs"
+      ;;
+    calibrate)
+      run ap playbooks/calibrate.yml -e '{"stacktune_calibrate_workloads": ["allreduce", "h2d_pinned"], "stacktune_calibrate_blocks": 8}'
       ;;
     acceptance)
       run ap playbooks/acceptance.yml -e stacktune_report_dir="$RUN_DIR/reports" -e acceptance_level=standard
