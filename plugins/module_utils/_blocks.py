@@ -691,7 +691,7 @@ def _decide(result, conf):
         return result
     tail_ok = all(v[d] in ("better", "same") for d in TAIL_DIMENSIONS)
     all_unknown = len(unknown) == len(DIMENSIONS)
-    noisy = " (this host is too noisy to judge any dimension with %s)" % blocks if all_unknown else ""
+    noisy = " (no dimension could be resolved with %s)" % blocks if all_unknown else ""
     unresolved = "; unresolved: %s" % "; ".join(result["unresolved"]) if unknown else ""
     if policy == "improve":
         improved = [d for d in DIMENSIONS if v[d] == "better"]
@@ -782,15 +782,17 @@ def combine(results, policy, final):
     else:
         primary, decision, done = names[0], ("keep" if final else "inconclusive"), False
     out = dict(results[primary])
-    parts = []
-    for w in [primary] + [n for n in names if n != primary]:
-        parts.append("%s: %s" % (w, results[w]["reason"]))
+    if len(names) > 1:
+        parts = ["%s: %s" % (w, results[w]["reason"]) for w in [primary] + [n for n in names if n != primary]]
+        reason = "%s, judged on %s. %s" % (decision, " and ".join(names), " | ".join(parts))
+    else:
+        reason = "%s (%s)" % (out["reason"], primary)
     out.update(
         decision=decision,
         resolved=done,
         final=final,
         workload=primary,
-        reason=("%s on %s" % (decision, "; ".join(parts))) if len(names) > 1 else "%s (%s)" % (out["reason"], primary),
+        reason=reason,
         workloads={w: results[w] for w in names},
     )
     return out

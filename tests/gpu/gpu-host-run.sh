@@ -113,11 +113,11 @@ PY
       run ap playbooks/rollback.yml
       ;;
     gate-b)
-      # NCCL_MAX_NCHANNELS=4 in the nccl layer and the kernel profile (improve) on the all-reduce,
+      # NCCL_MAX_NCHANNELS=4 in the nccl layer on the all-reduce,
       # three more null layers
       make_nulls
       run ap tune.yml -e stacktune_run_id=gate-b -e stacktune_report_dir="$RUN_DIR/reports" -e "$GATE_VARS" -e '{
-        "stacktune_layers": ["nccl", "kernel", "/tmp/stacktune-null/null_3", "/tmp/stacktune-null/null_4",
+        "stacktune_layers": ["nccl", "/tmp/stacktune-null/null_3", "/tmp/stacktune-null/null_4",
                              "/tmp/stacktune-null/null_5"],
         "nccl_env": {"NCCL_MAX_NCHANNELS": "4"}, "nccl_allow_tuning_knobs": true}'
       run ap playbooks/rollback.yml

@@ -290,7 +290,7 @@ def test_any_workload_worse_rolls_the_layer_back():
     assert res["decision"] == "rollback"
     assert res["workload"] == "b"
     assert set(res["workloads"]) == {"a", "b"}
-    assert res["reason"].startswith("rollback on b:")
+    assert res["reason"].startswith("rollback, judged on a and b. b: rollback:")
 
 
 @pytest.mark.parametrize(
