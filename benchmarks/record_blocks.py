@@ -50,8 +50,7 @@ def run_block(python, cfg, env, timeout):
     proc = subprocess.run(
         [python, PROGRAM, json.dumps(cfg)],
         env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        capture_output=True,
         timeout=timeout,
         check=False,
     )

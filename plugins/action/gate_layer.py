@@ -89,7 +89,7 @@ class ActionModule(ActionBase):
         try:
             settings = check_settings(a.get("gate") or {})
         except GateSettingError as exc:
-            raise AnsibleActionFail(str(exc))
+            raise AnsibleActionFail(str(exc)) from None
         bench = a.get("bench") or {}
         if not isinstance(bench, dict):
             raise AnsibleActionFail("bench must be a dict of bench module options")
@@ -102,12 +102,12 @@ class ActionModule(ActionBase):
         try:
             gpu_count = int(a.get("gpu_count") or 0)
         except (TypeError, ValueError):
-            raise AnsibleActionFail("gpu_count must be an integer, got %r" % (a.get("gpu_count"),))
+            raise AnsibleActionFail("gpu_count must be an integer, got %r" % (a.get("gpu_count"),)) from None
         workloads = resolve_workloads(candidates, gpu_count, a.get("workload"))
         return mode, settings, bench, workloads
 
     def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
+        result = super().run(tmp, task_vars)
         del tmp
         mode, settings, bench, workloads = self._args()
         if mode == "calibrate":
@@ -162,7 +162,7 @@ class ActionModule(ActionBase):
                     set_layer(True)
                 except AnsibleActionFail as again:
                     note = "putting the layer back on failed too (%s); run playbooks/rollback.yml" % again
-            raise AnsibleActionFail("Failed to measure layer %s: %s; %s" % (a["layer"], exc, note))
+            raise AnsibleActionFail("Failed to measure layer %s: %s; %s" % (a["layer"], exc, note)) from None
         decision["measurable"] = True
         decision["workloads_measured"] = workloads
         self._finish(decision, task_vars)
@@ -179,14 +179,18 @@ class ActionModule(ActionBase):
 
     def _calibrate(self, result, settings, bench, workloads, task_vars):
         if not workloads:
-            raise AnsibleActionFail("no workload to calibrate: none of %s runs here" % (self._task.args.get("workloads"),))
+            raise AnsibleActionFail(
+                "no workload to calibrate: none of %s runs here" % (self._task.args.get("workloads"),)
+            )
         blocks = self._task.args.get("blocks") or 2 * settings["max_blocks"]
         try:
             blocks = int(blocks)
         except (TypeError, ValueError):
             blocks = 0
         if blocks < 4:
-            raise AnsibleActionFail("blocks must be an integer of at least 4, got %r" % (self._task.args.get("blocks"),))
+            raise AnsibleActionFail(
+                "blocks must be an integer of at least 4, got %r" % (self._task.args.get("blocks"),)
+            )
         out = calibrate(workloads, lambda w: self._bench(w, bench, task_vars), settings, blocks, time.monotonic)
         result.update(changed=False, calibration=out)
         return result

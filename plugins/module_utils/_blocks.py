@@ -323,11 +323,7 @@ def is_blocks(value):
     """True for block input: a list of lists of step ms, or a dict with ``blocks``."""
     if hasattr(value, "get") and hasattr(value, "keys"):
         return "blocks" in value
-    return (
-        isinstance(value, (list, tuple))
-        and len(value) > 0
-        and all(isinstance(b, (list, tuple)) for b in value)
-    )
+    return isinstance(value, (list, tuple)) and len(value) > 0 and all(isinstance(b, (list, tuple)) for b in value)
 
 
 def _positive_number(raw, label):
@@ -426,9 +422,9 @@ def _ratio_dim(name, label, bs, as_, at_b, at_a, confidence, band, better_conf=N
     ratio = math.exp(eff["delta"])
     ci = (math.exp(eff["lo"]), math.exp(eff["hi"]))
     verdict = (_throughput_verdict if name == "throughput" else _latency_verdict)(ratio, ci, band)
-    if verdict == "better" and better_conf is not None:
-        if not _strictly_better(eff, better_conf, 1 if name == "throughput" else -1):
-            verdict = "same"
+    sign = 1 if name == "throughput" else -1
+    if verdict == "better" and better_conf is not None and not _strictly_better(eff, better_conf, sign):
+        verdict = "same"
     out.update(
         ratio=_sig(ratio),
         ratio_ci=[_sig(ci[0]), _sig(ci[1])],
@@ -671,11 +667,20 @@ def _decide(result, conf):
     if worse:
         tp = dims["throughput"]
         note = ""
-        if "throughput" not in worse and tp.get("ratio") is not None and tp["ratio"] > 1.0 and v["throughput"] != "unknown":
+        if (
+            "throughput" not in worse
+            and tp.get("ratio") is not None
+            and tp["ratio"] > 1.0
+            and v["throughput"] != "unknown"
+        ):
             note = ", although throughput rose %.1f%%" % ((tp["ratio"] - 1.0) * 100.0)
         first = worse[0]
-        names = {"throughput": "throughput fell", "p50": "the median step time rose", "tail": "the tail rose",
-                 "stalls": "more steps stalled"}
+        names = {
+            "throughput": "throughput fell",
+            "p50": "the median step time rose",
+            "tail": "the tail rose",
+            "stalls": "more steps stalled",
+        }
         result.update(
             decision="rollback",
             resolved=True,
@@ -723,7 +728,8 @@ def _decide(result, conf):
         if final:
             result.update(
                 decision="rollback",
-                reason="rollback: no significant improvement shown%s: %s%s [%s]" % (noisy, measured, unresolved, blocks),
+                reason="rollback: no significant improvement shown%s: %s%s [%s]"
+                % (noisy, measured, unresolved, blocks),
             )
         else:
             result["reason"] = "inconclusive: no improvement shown yet: %s%s [%s]" % (measured, unresolved, blocks)
@@ -888,10 +894,7 @@ class Trial:
             quads += 1
             elapsed = self.clock() - start
             per_quad = elapsed / quads
-            last = (
-                per_arm["on"] + 2 > self.s["max_blocks"]
-                or elapsed + per_quad > self.s["max_seconds"]
-            )
+            last = per_arm["on"] + 2 > self.s["max_blocks"] or elapsed + per_quad > self.s["max_seconds"]
             if per_arm["on"] < self.s["min_blocks"] and not last:
                 continue
             for w in self.workloads:
@@ -963,8 +966,8 @@ def calibrate(workloads, measure, settings, blocks, clock):
     one of its planned looks).
     """
     data = {w: [] for w in workloads}
-    seconds = {w: 0.0 for w in workloads}
-    voids = {w: 0 for w in workloads}
+    seconds = dict.fromkeys(workloads, 0.0)
+    voids = dict.fromkeys(workloads, 0)
     for _i in range(blocks):
         for w in workloads:
             t0 = clock()
@@ -1024,10 +1027,7 @@ def calibrate(workloads, measure, settings, blocks, clock):
                 scale = math.sqrt(per_arm / float(settings["max_blocks"])) * (
                     t_ppf(0.5 + conf / 2.0, df_budget) / t_ppf(0.5 + conf / 2.0, df_now)
                 )
-                if dim == "stalls":
-                    at_budget = half_now * scale
-                else:
-                    at_budget = math.exp(math.log1p(half_now) * scale) - 1.0
+                at_budget = half_now * scale if dim == "stalls" else math.exp(math.log1p(half_now) * scale) - 1.0
             dims[dim] = {
                 "level": _sig(level, 4),
                 "spread_between_blocks": _sig(spread, 3),

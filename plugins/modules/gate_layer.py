@@ -15,10 +15,10 @@ short_description: Measure one applied layer in balanced blocks, judge it, and k
 version_added: 0.2.0
 author: stacktune maintainers (@stacktune)
 description:
-  - An action plugin. It runs on the controller and drives two modules on the host:
+  - "An action plugin. It runs on the controller and drives two modules on the host:
     M(stacktune.gpu.bench) for every measured block (one process run of a workload) and
     M(stacktune.gpu.host_settings) for every switch of the layer off (C(state=restored),
-    C(restore_to=snapshot)) and back on (C(state=reapplied)).
+    C(restore_to=snapshot)) and back on (C(state=reapplied))."
   - "With O(mode=gate) the layer has just been applied by its role. Blocks run in the
     order with, without, without, with, with, without, without, with ... (A B B A quads), so
     drift of the host falls on both arms. After O(gate.min_blocks) blocks per arm, and after
@@ -33,7 +33,7 @@ description:
   - A layer that none of its O(workloads) can measure on this host is kept or rolled back
     per O(unmeasurable) and reported as not measurable, never judged on an unrelated
     workload.
-  - With O(mode=calibrate) nothing is changed: identical blocks of each workload give the
+  - With O(mode=calibrate) nothing is changed. Identical blocks of each workload give the
     block-to-block noise per dimension and the smallest change the budget can resolve.
   - See docs/gate.md for the statistics and the measured error rates.
 options:
@@ -142,7 +142,7 @@ EXAMPLES = r"""
 RETURN = r"""
 gate:
   description:
-    - The decision record (mode gate), also written to the journal: C(decision) (keep or
+    - The decision record (mode gate), also written to the journal. C(decision) (keep or
       rollback), C(reason), C(resolved) (false when the budget ran out first), per dimension
       (C(throughput), C(p50), C(tail), C(stalls), and C(p99), which is reported only) the
       per-block values, the ratio with its interval, the verdict and C(resolution) (the
@@ -159,7 +159,7 @@ gate:
     seconds: 81.4
 calibration:
   description:
-    - Per workload (mode calibrate) the usable and void blocks, seconds per block, and per
+    - Per workload (mode calibrate), the usable and void blocks, seconds per block, and per
       dimension the level, the spread between blocks, the A/A verdict and the change
       resolvable now and at the budget.
   returned: mode calibrate

@@ -60,7 +60,9 @@ def test_filter_passes_options_through():
 def test_filter_judges_blocks_over_blocks():
     """Blocks in, block-level inference out: a 15% slower arm is rolled back on throughput."""
     without = [lognormal(10 + i, 200, median=10.0 * (1 + 0.01 * (i % 3)), sigma=0.05) for i in range(4)]
-    with_ = [[x * 1.15 for x in lognormal(20 + i, 200, median=10.0 * (1 + 0.01 * (i % 3)), sigma=0.05)] for i in range(4)]
+    with_ = [
+        [x * 1.15 for x in lognormal(20 + i, 200, median=10.0 * (1 + 0.01 * (i % 3)), sigma=0.05)] for i in range(4)
+    ]
     res = plugin.perf_gate(without, with_, "no_regression", final=True)
     assert res["method"] == "blocks"
     assert res["decision"] == "rollback"
