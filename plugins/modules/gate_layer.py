@@ -21,11 +21,11 @@ description:
     C(restore_to=snapshot)) and back on (C(state=reapplied))."
   - "With O(mode=gate) the layer has just been applied by its role. Blocks run in the
     order with, without, without, with, with, without, without, with ... (A B B A quads), so
-    drift of the host falls on both arms. After O(gate.min_blocks) blocks per arm, and after
+    drift of the host falls on both arms. After C(min_blocks) blocks per arm, and after
     every further quad, the gate judges throughput, median, tail (mean of the slowest 1%)
     and the share of stalled steps, each from one statistic per block, with intervals that
     include the block-to-block noise. It stops once its policy's question is answered or the
-    budget (O(gate.max_blocks), O(gate.max_seconds)) is spent, then keeps the layer
+    budget (C(max_blocks) in O(gate), C(max_seconds)) is spent, then keeps the layer
     (C(state=kept)) or puts it back to its snapshot, journaling the decision either way."
   - A dimension the blocks cannot resolve is reported C(unknown) with the smallest change
     it could have seen; it never hides a dimension that is resolved (a throughput collapse
@@ -92,7 +92,7 @@ options:
     choices: [keep, rollback]
     default: keep
   blocks:
-    description: With O(mode=calibrate), identical blocks per workload (default twice O(gate.max_blocks)).
+    description: With O(mode=calibrate), identical blocks per workload (default twice C(max_blocks) in O(gate)).
     type: int
   run_id:
     description: Identifier of the run, recorded in the journal.
@@ -116,7 +116,9 @@ attributes:
     support: none
     description: Each run measures again; it keeps or restores the layer it was given.
   platform:
+    support: full
     platforms: posix
+    description: Linux hosts; the workloads and the settings engine read /proc and /sys.
 """
 
 EXAMPLES = r"""

@@ -66,9 +66,9 @@ class FakeHost:
         return {"samples_ms": xs}
 
 
-def run_trial(host, policy, settings=SETTINGS, workloads=("w",)):
+def run_trial(host, policy, settings=None, workloads=("w",)):
     clock = iter(range(10**6)).__next__
-    return Trial(list(workloads), host.set_layer, host.measure, policy, settings, clock).run()
+    return Trial(list(workloads), host.set_layer, host.measure, policy, settings or SETTINGS, clock).run()
 
 
 # ------------------------------------------------------------------------ statistics
