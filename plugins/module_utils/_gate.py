@@ -4,6 +4,11 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The stacktune gate: keep, roll back or measure again, from raw per-step samples.
 
+This module judges one pair of runs from flat step lists, as if every step were an
+independent draw. On real hosts one process run (a block) differs from the next far more
+than its steps do; ``tune.yml`` therefore judges blocks with ``_blocks.judge_blocks``, and
+``judge`` hands block input (lists of lists of step ms) to it.
+
 Stdlib only, so the same code decides on the controller (filter ``perf_gate``) and on a
 host. Three dimensions are judged separately, each as a ratio after/before with a
 confidence interval (CI), never on point estimates alone:
