@@ -198,6 +198,7 @@ class Engine(object):
         obs["unit"] = unit
         obs["unit_error"] = err
         obs["persisted"] = kind.persisted(s, self.read_unit(unit)) if unit else None
+        obs["boot"] = kind.boot_value(s, self.ctx) if unit else None
         return obs
 
     # ------------------------------------------------------------------ units
@@ -309,6 +310,10 @@ class Engine(object):
             status = "changed" if wrote else "ok"
         else:
             status = "drift"
+        boot = obs.get("boot")
+        if status in ("ok", "changed") and has_unit and boot is not None and not kind.same(boot[0], want):
+            status = "overridden"
+            reason = "at the next boot %s sets %s after %s sets %s" % (boot[1], boot[0], obs["unit"]["path"], want)
         return status, reason
 
     @staticmethod
@@ -321,6 +326,8 @@ class Engine(object):
             "live": obs["live"],
             "persisted": obs["persisted"] if obs["unit"] is not None else None,
             "persisted_in": obs["unit"]["path"] if obs["unit"] is not None else None,
+            "at_boot": obs["boot"][0] if obs.get("boot") else None,
+            "at_boot_from": obs["boot"][1] if obs.get("boot") else None,
             "status": status,
             "reason": reason,
             "changed": bool(wrote),
@@ -407,6 +414,10 @@ class Engine(object):
                     pred["live_ok"] = True
                 if obs["unit"] is not None:
                     pred["persisted"] = s["value"]
+                    key = unit_key(obs["unit"])
+                    if key in units:
+                        pending = {units[key]["unit"]["path"]: units[key]["text"]}
+                        pred["boot"] = KINDS[s["kind"]].boot_value(s, self.ctx, pending=pending)
                 status, reason = self.status_of(s, pred, wrote=wrote, predicted=True)
                 rows.append(self.result_row(s, obs, status, reason, wrote))
             rows.extend(self._restore_removed(removed, entry, orphan_units))
@@ -745,6 +756,7 @@ class Engine(object):
             "counts": counts,
             "changed": any(r["changed"] for r in rows) if changed is None else changed,
             "drift": [r["id"] for r in rows if r["status"] == "drift"],
+            "overridden": [r["id"] for r in rows if r["status"] == "overridden"],
             "pending_reboot": [r["id"] for r in rows if r["status"] == "pending_reboot"],
             "layer_state": entry["state"] if entry else None,
             "notes": self.notes + ([note] if note else []),

@@ -120,6 +120,17 @@ class Kind(object):
         """Hook run after units of this kind changed (e.g. regenerate the bootloader config)."""
         return []
 
+    def boot_value(self, s, ctx, pending=None):
+        """What the host's own boot machinery will set: ``(value, source path)``.
+
+        ``pending``: ``{host path: text}`` of units about to be written (check mode predicts
+        with them in place).
+        None where this kind cannot tell (then its drop-in is taken as what the next boot
+        applies). A value that differs from the setting's means another file overrides
+        stacktune's at the next boot: the engine reports the setting ``overridden``.
+        """
+        return None
+
 
 def require(spec, field, kind):
     if spec.get(field) in (None, ""):

@@ -2,12 +2,21 @@
 # Copyright: stacktune contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Kind ``sysctl``: /proc/sys live, /etc/sysctl.d/60-stacktune-<layer>.conf persisted."""
+"""Kind ``sysctl``: /proc/sys live, /etc/sysctl.d/60-stacktune-<layer>.conf persisted.
+
+What the next boot applies is read the way systemd-sysctl reads it: ``*.conf`` files of
+/etc/sysctl.d, /run/sysctl.d, /usr/local/lib/sysctl.d, /usr/lib/sysctl.d and /lib/sysctl.d;
+a file name in an earlier directory masks the same name in the later ones; all files are
+applied in the order of their names, a later assignment wins; a leading ``-`` only says
+that errors are ignored. /etc/sysctl.conf counts where a sysctl.d entry links to it (as
+Debian's and Red Hat's 99-sysctl.conf do).
+"""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import os
 import re
 
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
@@ -21,6 +30,49 @@ from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
 )
 
 _KEY = re.compile(r"^[a-z0-9_]+(\.[A-Za-z0-9_\-]+)+$")
+SYSCTL_DIRS = ("/etc/sysctl.d", "/run/sysctl.d", "/usr/local/lib/sysctl.d", "/usr/lib/sysctl.d", "/lib/sysctl.d")
+
+
+def parse_assignments(text):
+    """``[(key, value)]`` of a sysctl.conf text, in order (comments, blanks and junk skipped)."""
+    out = []
+    for raw in (text or "").splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#;" or "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        out.append((key.strip().lstrip("-").strip().replace("/", "."), norm_ws(value)))
+    return out
+
+
+def boot_files(ctx, pending=None):
+    """The sysctl.d files systemd-sysctl applies at boot, in order: ``[(host path, real path)]``.
+
+    ``pending`` host paths count as present (about to be written).
+    """
+    chosen = {}
+    for directory in SYSCTL_DIRS:
+        real_dir = ctx.path(directory)
+        try:
+            names = os.listdir(real_dir)
+        except OSError:
+            names = []
+        names = list(names) + [p.rsplit("/", 1)[1] for p in (pending or {}) if p.rsplit("/", 1)[0] == directory]
+        for name in names:
+            if name.endswith(".conf") and name not in chosen:
+                chosen[name] = directory + "/" + name
+    out = []
+    for name in sorted(chosen):
+        host_path = chosen[name]
+        real = ctx.path(host_path)
+        if os.path.islink(real):
+            target = os.readlink(real)
+            if target == "/dev/null":  # masked
+                continue
+            if os.path.isabs(target):
+                real = ctx.path(target)
+        out.append((host_path, real))
+    return out
 
 
 class SysctlKind(Kind):
@@ -52,11 +104,24 @@ class SysctlKind(Kind):
 
     def persisted(self, s, unit_text):
         found = None
-        for raw in (unit_text or "").splitlines():
-            line = raw.strip()
-            if not line or line[0] in "#;" or "=" not in line:
-                continue
-            key, value = line.split("=", 1)
-            if key.strip().lstrip("-").replace("/", ".") == s["key"]:
-                found = norm_ws(value)
+        for key, value in parse_assignments(unit_text):
+            if key == s["key"]:
+                found = value
+        return found
+
+    def boot_value(self, s, ctx, pending=None):
+        found = None
+        pending = pending or {}
+        for host_path, real in boot_files(ctx, pending):
+            if host_path in pending:
+                text = pending[host_path]
+            else:
+                try:
+                    with open(real) as handle:
+                        text = handle.read()
+                except (IOError, OSError, UnicodeDecodeError):
+                    continue
+            for key, value in parse_assignments(text):
+                if key == s["key"]:
+                    found = (value, host_path)
         return found

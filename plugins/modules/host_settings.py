@@ -48,7 +48,9 @@ options:
         already owns). Settings the layer owned before and no longer lists go back to
         their original values.
       - C(verify) changes nothing and reports per setting the expected, live and persisted
-        value and a status (C(ok), C(drift), C(pending_reboot), C(unsupported)).
+        value and a status (C(ok), C(drift), C(pending_reboot), C(overridden), C(unsupported)).
+        C(overridden) means the value is persisted but another file sets it differently at the
+        next boot (sysctl, read the way systemd-sysctl orders /etc, /run and /usr/lib sysctl.d).
       - C(kept) records that the gate kept the layer (with I(decision)).
       - C(restored) puts the layer back to I(restore_to).
       - C(reapplied) puts back the settings that the latest C(restored) with
@@ -198,11 +200,17 @@ settings:
     persisted_in:
       description: The file that persists the setting.
       type: str
+    at_boot:
+      description: The value the next boot applies, where the kind can tell (sysctl), else null.
+      type: raw
+    at_boot_from:
+      description: The file that value comes from.
+      type: str
     status:
-      description: ok, changed, drift, pending_reboot or unsupported.
+      description: ok, changed, drift, pending_reboot, overridden or unsupported.
       type: str
     reason:
-      description: Why a setting is unsupported or pending.
+      description: Why a setting is unsupported, pending or overridden.
       type: str
     changed:
       description: Whether this setting was written.
@@ -213,6 +221,11 @@ counts:
   type: dict
 drift:
   description: Ids of drifted settings.
+  returned: always
+  type: list
+  elements: str
+overridden:
+  description: Ids of settings that another file overrides at the next boot (the row's C(reason) names it).
   returned: always
   type: list
   elements: str

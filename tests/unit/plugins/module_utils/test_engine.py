@@ -322,3 +322,75 @@ def test_reapply_after_a_kept_layer_returns_to_the_kept_state(fakeroot, hash_tre
 def test_reapply_without_a_toggled_layer_is_refused(fakeroot):
     with pytest.raises(SpecError, match="no settings taken off by the gate"):
         engine(fakeroot, "kernel").reapply("run1")
+
+
+# ---------------------------------------------------------------- what the next boot applies
+
+
+def write(root, path, text):
+    full = os.path.join(str(root), path.lstrip("/"))
+    os.makedirs(os.path.dirname(full), exist_ok=True)
+    with open(full, "w") as handle:
+        handle.write(text)
+
+
+def test_sysctl_conf_linked_from_sysctl_d_overrides_stacktune(fakeroot):
+    """Debian/Ubuntu: /etc/sysctl.d/99-sysctl.conf -> ../sysctl.conf, read after 60-stacktune-*."""
+    write(fakeroot, "/etc/sysctl.conf", "# site settings\nvm.swappiness = 60\n")
+    os.makedirs(os.path.join(str(fakeroot), "etc/sysctl.d"), exist_ok=True)
+    os.symlink("../sysctl.conf", os.path.join(str(fakeroot), "etc/sysctl.d/99-sysctl.conf"))
+    applied = engine(fakeroot, "kernel").apply(KERNEL[:1], "run1")
+    row = applied["settings"][0]
+    assert row["status"] == "overridden"
+    assert row["changed"] is True
+    assert row["at_boot"] == "60"
+    assert row["at_boot_from"] == "/etc/sysctl.d/99-sysctl.conf"
+    assert "after /etc/sysctl.d/60-stacktune-kernel.conf sets 10" in row["reason"]
+    verified = engine(fakeroot, "kernel").verify()
+    assert verified["overridden"] == ["sysctl:vm.swappiness"]
+    assert verified["drift"] == []
+
+
+def test_check_mode_predicts_the_override(fakeroot):
+    write(fakeroot, "/etc/sysctl.d/99-zz-other.conf", "vm.swappiness=60\n")
+    write(fakeroot, "/etc/sysctl.d/10-early.conf", "vm.swappiness = 1\nnet.ipv4.tcp_rmem = 1 2 3\n")
+    predicted = engine(fakeroot, "kernel", check=True).apply(KERNEL[:2], "run1")
+    status = {r["id"]: r["status"] for r in predicted["settings"]}
+    # 10-early sorts before stacktune's 60- drop-in: stacktune wins; 99-zz-other sorts after
+    assert status == {"sysctl:vm.swappiness": "overridden", "sysctl:net.ipv4.tcp_rmem": "changed"}
+    real = engine(fakeroot, "kernel").apply(KERNEL[:2], "run1")
+    assert {r["id"]: r["status"] for r in real["settings"]} == status
+
+
+@pytest.mark.parametrize(
+    "files,links,want",
+    [
+        # a same-named file in /etc masks the one in /usr/lib; order is by file name
+        (
+            {"/usr/lib/sysctl.d/99-vendor.conf": "vm.swappiness = 5\n", "/etc/sysctl.d/99-vendor.conf": "# empty\n"},
+            {},
+            None,
+        ),
+        ({"/usr/lib/sysctl.d/99-vendor.conf": "vm.swappiness = 5\n"}, {}, ("5", "/usr/lib/sysctl.d/99-vendor.conf")),
+        ({"/run/sysctl.d/70-run.conf": "-vm.swappiness=7\n"}, {}, ("7", "/run/sysctl.d/70-run.conf")),
+        (
+            {"/usr/lib/sysctl.d/99-vendor.conf": "vm.swappiness = 5\n"},
+            {"/etc/sysctl.d/99-vendor.conf": "/dev/null"},
+            None,
+        ),
+        ({"/etc/sysctl.d/50-a.conf": "vm/swappiness = 3\n"}, {}, None),
+        ({"/etc/sysctl.conf": "vm.swappiness = 60\n"}, {}, None),
+    ],
+)
+def test_boot_value_follows_systemd_sysctl_order(fakeroot, files, links, want):
+    from ansible_collections.stacktune.gpu.plugins.module_utils._kind_sysctl import SysctlKind
+
+    for path, text in files.items():
+        write(fakeroot, path, text)
+    for path, target in links.items():
+        full = os.path.join(str(fakeroot), path.lstrip("/"))
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        os.symlink(target, full)
+    engine(fakeroot, "kernel").apply(KERNEL[:1], "run1")
+    got = SysctlKind().boot_value({"key": "vm.swappiness"}, Context("kernel", root=str(fakeroot)))
+    assert got == (want or ("10", "/etc/sysctl.d/60-stacktune-kernel.conf"))
