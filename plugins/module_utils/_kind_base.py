@@ -129,7 +129,7 @@ class Kind(object):
         applies). A value that differs from the setting's means another file overrides
         stacktune's at the next boot: the engine reports the setting ``overridden``.
         """
-        return None
+        return
 
 
 def require(spec, field, kind):
