@@ -311,9 +311,16 @@ class Engine(object):
         else:
             status = "drift"
         boot = obs.get("boot")
-        if status in ("ok", "changed") and has_unit and boot is not None and not kind.same(boot[0], want):
+        overridable = ("ok", "changed", "pending_reboot")
+        if status in overridable and has_unit and boot is not None and not kind.same(boot[0], want):
             status = "overridden"
-            reason = "at the next boot %s sets %s after %s sets %s" % (boot[1], boot[0], obs["unit"]["path"], want)
+            value = "nothing (the setting is dropped)" if boot[0] is None else boot[0]
+            reason = "at the next boot %s sets %s; stacktune's %s sets %s" % (
+                boot[1],
+                value,
+                obs["unit"]["path"],
+                want,
+            )
         return status, reason
 
     @staticmethod

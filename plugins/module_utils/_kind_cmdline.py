@@ -49,6 +49,50 @@ def cmdline_args(text):
     return out
 
 
+_ASSIGN = re.compile(r"^\s*(?:export\s+)?(GRUB_CMDLINE_LINUX(?:_DEFAULT)?)=(.*)$")
+_VARREF = re.compile(r"\$\{(GRUB_CMDLINE_LINUX(?:_DEFAULT)?)\}|\$(GRUB_CMDLINE_LINUX(?:_DEFAULT)?)\b")
+
+
+def grub_assignments(text, env):
+    """Apply the GRUB_CMDLINE_LINUX[_DEFAULT] assignments of one sourced file to ``env``.
+
+    Reads what grub-mkconfig's shell would: plain, double-quoted or single-quoted values, with
+    ``$VAR``/``${VAR}`` of these two variables expanded outside single quotes. Returns False
+    when a line is beyond this reader (command substitution, other variables, conditionals
+    around an assignment): then the boot value is not known.
+    """
+    depth = 0
+    for raw in (text or "").splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if re.match(r"^(if|case|for|while)\b", line):
+            depth += 1
+        elif re.match(r"^(fi|esac|done)\b", line):
+            depth = max(0, depth - 1)
+        match = _ASSIGN.match(line)
+        if not match:
+            continue
+        if depth or "$(" in line or "`" in line:
+            return False
+        name, rhs = match.group(1), match.group(2)
+        if rhs.startswith("'"):
+            try:
+                words = shlex.split(rhs)
+            except ValueError:
+                return False
+        else:
+            if re.search(r"\$(?!\{?GRUB_CMDLINE_LINUX)", rhs):
+                return False
+            expanded = _VARREF.sub(lambda m: env.get(m.group(1) or m.group(2), ""), rhs)
+            try:
+                words = shlex.split(expanded, comments=True)
+            except ValueError:
+                return False
+        env[name] = " ".join(" ".join(words).split())
+    return True
+
+
 def format_arg(name, value):
     return name if value == "" else "%s=%s" % (name, value)
 
@@ -115,6 +159,30 @@ class KernelArgKind(Kind):
     def render(self, settings, layer):
         args = " ".join(format_arg(s["key"], s["value"]) for s in sorted(settings, key=lambda x: x["key"]))
         return HEADER % layer + '%s="${%s} %s"\n' % (VAR, VAR, args)
+
+    def boot_value(self, s, ctx, pending=None):
+        """The argument on the command line grub-mkconfig builds: /etc/default/grub, then grub.d/*.cfg in order."""
+        if _grubby_family(ctx) or not os.path.exists(ctx.path("/etc/default/grub")):
+            return None
+        pending = pending or {}
+        files = ["/etc/default/grub"]
+        try:
+            names = os.listdir(ctx.path("/etc/default/grub.d"))
+        except OSError:
+            names = []
+        names = set(n for n in names if n.endswith(".cfg"))
+        names.update(p.rsplit("/", 1)[1] for p in pending if p.startswith("/etc/default/grub.d/"))
+        files += ["/etc/default/grub.d/" + n for n in sorted(names)]
+        env = {"GRUB_CMDLINE_LINUX": "", "GRUB_CMDLINE_LINUX_DEFAULT": ""}
+        found, source = None, None
+        for host_path in files:
+            text = pending[host_path] if host_path in pending else read_text(ctx.path(host_path))
+            if not grub_assignments(text, env):
+                return None
+            value = cmdline_args(env["GRUB_CMDLINE_LINUX"] + " " + env["GRUB_CMDLINE_LINUX_DEFAULT"]).get(s["key"])
+            if value != found:
+                found, source = value, host_path
+        return (found, source) if source is not None else None
 
     def persisted(self, s, unit_text):
         for line in (unit_text or "").splitlines():

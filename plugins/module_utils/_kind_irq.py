@@ -19,7 +19,11 @@ import re
 from ansible_collections.stacktune.gpu.plugins.module_utils._cpulist import canonical_cpulist
 from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import read_text
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Kind, SpecError, exists, setting
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_sysfs import render_tmpfiles, tmpfiles_value
+from ansible_collections.stacktune.gpu.plugins.module_utils._kind_sysfs import (
+    render_tmpfiles,
+    tmpfiles_boot_value,
+    tmpfiles_value,
+)
 
 _PCI = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
@@ -89,3 +93,6 @@ class IrqAffinityKind(Kind):
 
     def persisted(self, s, unit_text):
         return tmpfiles_value(unit_text, s["path"])
+
+    def boot_value(self, s, ctx, pending=None):
+        return tmpfiles_boot_value(ctx, s["path"], pending)

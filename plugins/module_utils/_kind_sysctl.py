@@ -16,9 +16,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import os
 import re
 
+from ansible_collections.stacktune.gpu.plugins.module_utils._dropins import ordered_files
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
     HEADER,
     Kind,
@@ -42,36 +42,6 @@ def parse_assignments(text):
             continue
         key, value = line.split("=", 1)
         out.append((key.strip().lstrip("-").strip().replace("/", "."), norm_ws(value)))
-    return out
-
-
-def boot_files(ctx, pending=None):
-    """The sysctl.d files systemd-sysctl applies at boot, in order: ``[(host path, real path)]``.
-
-    ``pending`` host paths count as present (about to be written).
-    """
-    chosen = {}
-    for directory in SYSCTL_DIRS:
-        real_dir = ctx.path(directory)
-        try:
-            names = os.listdir(real_dir)
-        except OSError:
-            names = []
-        names = list(names) + [p.rsplit("/", 1)[1] for p in (pending or {}) if p.rsplit("/", 1)[0] == directory]
-        for name in names:
-            if name.endswith(".conf") and name not in chosen:
-                chosen[name] = directory + "/" + name
-    out = []
-    for name in sorted(chosen):
-        host_path = chosen[name]
-        real = ctx.path(host_path)
-        if os.path.islink(real):
-            target = os.readlink(real)
-            if target == "/dev/null":  # masked
-                continue
-            if os.path.isabs(target):
-                real = ctx.path(target)
-        out.append((host_path, real))
     return out
 
 
@@ -111,16 +81,7 @@ class SysctlKind(Kind):
 
     def boot_value(self, s, ctx, pending=None):
         found = None
-        pending = pending or {}
-        for host_path, real in boot_files(ctx, pending):
-            if host_path in pending:
-                text = pending[host_path]
-            else:
-                try:
-                    with open(real) as handle:
-                        text = handle.read()
-                except (IOError, OSError, UnicodeDecodeError):
-                    continue
+        for host_path, text in ordered_files(ctx, SYSCTL_DIRS, pending):
             for key, value in parse_assignments(text):
                 if key == s["key"]:
                     found = (value, host_path)

@@ -14,6 +14,7 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.stacktune.gpu.plugins.module_utils._dropins import ordered_files
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
     HEADER,
     Kind,
@@ -26,6 +27,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
 
 _BRACKET = re.compile(r"\[([^\]]+)\]")
 TMPFILES = "/etc/tmpfiles.d/stacktune-%s.conf"
+TMPFILES_DIRS = ("/etc/tmpfiles.d", "/run/tmpfiles.d", "/usr/local/lib/tmpfiles.d", "/usr/lib/tmpfiles.d")
 
 
 def active_choice(text):
@@ -42,6 +44,24 @@ def tmpfiles_value(unit_text, path):
         if len(fields) == 7 and fields[0] in ("w", "w+") and fields[1] == path:
             found = norm_ws(fields[6])
     return found
+
+
+def tmpfiles_boot_value(ctx, path, pending=None):
+    """What systemd-tmpfiles writes to ``path`` at boot: ``(value, file)`` or None.
+
+    Where several files name the same path, the line of the file whose name sorts first is
+    applied and the others are reported as errors (tmpfiles.d(5)).
+    """
+    for host_path, text in ordered_files(ctx, TMPFILES_DIRS, pending):
+        value = None
+        for line in text.splitlines():
+            fields = line.split(None, 6)
+            if len(fields) == 7 and fields[0] in ("w", "w+") and fields[1] == path:
+                value = norm_ws(fields[6])
+                break
+        if value is not None:
+            return value, host_path
+    return None
 
 
 def render_tmpfiles(settings, layer):
@@ -77,3 +97,6 @@ class SysfsKind(Kind):
 
     def persisted(self, s, unit_text):
         return tmpfiles_value(unit_text, s["path"])
+
+    def boot_value(self, s, ctx, pending=None):
+        return tmpfiles_boot_value(ctx, s["path"], pending)

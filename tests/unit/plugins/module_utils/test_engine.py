@@ -345,7 +345,7 @@ def test_sysctl_conf_linked_from_sysctl_d_overrides_stacktune(fakeroot):
     assert row["changed"] is True
     assert row["at_boot"] == "60"
     assert row["at_boot_from"] == "/etc/sysctl.d/99-sysctl.conf"
-    assert "after /etc/sysctl.d/60-stacktune-kernel.conf sets 10" in row["reason"]
+    assert "at the next boot /etc/sysctl.d/99-sysctl.conf sets 60; stacktune's" in row["reason"]
     verified = engine(fakeroot, "kernel").verify()
     assert verified["overridden"] == ["sysctl:vm.swappiness"]
     assert verified["drift"] == []
@@ -394,3 +394,55 @@ def test_boot_value_follows_systemd_sysctl_order(fakeroot, files, links, want):
     engine(fakeroot, "kernel").apply(KERNEL[:1], "run1")
     got = SysctlKind().boot_value({"key": "vm.swappiness"}, Context("kernel", root=str(fakeroot)))
     assert got == (want or ("10", "/etc/sysctl.d/60-stacktune-kernel.conf"))
+
+
+def test_tmpfiles_earliest_file_wins_for_sysfs_and_irq(fakeroot):
+    """tmpfiles.d: for one path, the line of the file whose name sorts first is applied."""
+    write(fakeroot, "/etc/tmpfiles.d/00-vendor.conf", "w /sys/kernel/mm/transparent_hugepage/enabled - - - - always\n")
+    write(fakeroot, "/usr/lib/tmpfiles.d/zz-late.conf", "w /proc/irq/41/smp_affinity_list - - - - 0-15\n")
+    write(fakeroot, "/usr/lib/tmpfiles.d/10-early.conf", "w /proc/irq/42/smp_affinity_list - - - - 0-3\n")
+    kernel = engine(fakeroot, "kernel").apply(KERNEL[2:3], "run1")
+    row = kernel["settings"][0]
+    assert row["status"] == "overridden"
+    assert (row["at_boot"], row["at_boot_from"]) == ("always", "/etc/tmpfiles.d/00-vendor.conf")
+    numa = engine(fakeroot, "numa_irq").apply(NUMA, "run1")
+    status = {r["id"]: r["status"] for r in numa["settings"]}
+    # stacktune-numa_irq.conf sorts before zz-late.conf (stacktune wins) and after 10-early.conf
+    assert status["irq_affinity:41"] == "changed"
+    assert status["irq_affinity:42"] == "overridden"
+
+
+@pytest.mark.parametrize(
+    "files,status,at_boot",
+    [
+        ({}, "pending_reboot", ("off", "/etc/default/grub.d/60-stacktune-kernel.cfg")),
+        # a later drop-in replaces the whole default command line: the argument is dropped
+        ({"/etc/default/grub.d/99-cloud.cfg": 'GRUB_CMDLINE_LINUX_DEFAULT="console=ttyS0"\n'}, "overridden", None),
+        (
+            {
+                "/etc/default/grub.d/99-x.cfg": 'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT pcie_aspm=force"\n'
+            },
+            "overridden",
+            ("force", "/etc/default/grub.d/99-x.cfg"),
+        ),
+        # GRUB_CMDLINE_LINUX comes first on the command line: stacktune's later value wins
+        (
+            {"/etc/default/grub": 'GRUB_CMDLINE_LINUX="pcie_aspm=on"\nGRUB_CMDLINE_LINUX_DEFAULT="quiet"\n'},
+            "pending_reboot",
+            ("off", "/etc/default/grub.d/60-stacktune-kernel.cfg"),
+        ),
+        # beyond the reader (command substitution): no claim about the next boot
+        ({"/etc/default/grub.d/99-y.cfg": 'GRUB_CMDLINE_LINUX_DEFAULT="$(cat /etc/extra)"\n'}, "pending_reboot", None),
+    ],
+)
+def test_kernel_args_as_grub_mkconfig_builds_the_command_line(fakeroot, files, status, at_boot):
+    for path, text in files.items():
+        write(fakeroot, path, text)
+    predicted = engine(fakeroot, "kernel", check=True).apply(KERNEL[3:], "run1")
+    row = engine(fakeroot, "kernel").apply(KERNEL[3:], "run1")["settings"][0]
+    assert predicted["settings"][0]["status"] == row["status"] == status
+    if status == "overridden" and at_boot is None:
+        assert row["at_boot"] is None
+        assert "sets nothing (the setting is dropped)" in row["reason"]
+    elif at_boot is not None:
+        assert (row["at_boot"], row["at_boot_from"]) == at_boot
