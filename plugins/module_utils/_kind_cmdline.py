@@ -170,7 +170,7 @@ class KernelArgKind(Kind):
             names = os.listdir(ctx.path("/etc/default/grub.d"))
         except OSError:
             names = []
-        names = set(n for n in names if n.endswith(".cfg"))
+        names = {n for n in names if n.endswith(".cfg")}
         names.update(p.rsplit("/", 1)[1] for p in pending if p.startswith("/etc/default/grub.d/"))
         files += ["/etc/default/grub.d/" + n for n in sorted(names)]
         env = {"GRUB_CMDLINE_LINUX": "", "GRUB_CMDLINE_LINUX_DEFAULT": ""}

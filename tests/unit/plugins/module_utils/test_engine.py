@@ -420,7 +420,7 @@ def test_tmpfiles_earliest_file_wins_for_sysfs_and_irq(fakeroot):
         ({"/etc/default/grub.d/99-cloud.cfg": 'GRUB_CMDLINE_LINUX_DEFAULT="console=ttyS0"\n'}, "overridden", None),
         (
             {
-                "/etc/default/grub.d/99-x.cfg": 'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT pcie_aspm=force"\n'
+                "/etc/default/grub.d/99-x.cfg": 'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT pcie_aspm=force"'
             },
             "overridden",
             ("force", "/etc/default/grub.d/99-x.cfg"),
