@@ -412,6 +412,9 @@ def test_tmpfiles_earliest_file_wins_for_sysfs_and_irq(fakeroot):
     assert status["irq_affinity:42"] == "overridden"
 
 
+APPEND_FORCE = 'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT pcie_aspm=force"'
+
+
 @pytest.mark.parametrize(
     "files,status,at_boot",
     [
@@ -419,9 +422,7 @@ def test_tmpfiles_earliest_file_wins_for_sysfs_and_irq(fakeroot):
         # a later drop-in replaces the whole default command line: the argument is dropped
         ({"/etc/default/grub.d/99-cloud.cfg": 'GRUB_CMDLINE_LINUX_DEFAULT="console=ttyS0"\n'}, "overridden", None),
         (
-            {
-                "/etc/default/grub.d/99-x.cfg": 'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT pcie_aspm=force"'
-            },
+            {"/etc/default/grub.d/99-x.cfg": APPEND_FORCE},
             "overridden",
             ("force", "/etc/default/grub.d/99-x.cfg"),
         ),
