@@ -311,16 +311,12 @@ class Engine(object):
         else:
             status = "drift"
         boot = obs.get("boot")
-        overridable = ("ok", "changed", "pending_reboot")
-        if status in overridable and has_unit and boot is not None and not kind.same(boot[0], want):
+        overridable = ("ok", "changed", "pending_reboot", "unsupported")
+        if status in overridable and has_unit and persisted_ok and boot is not None and not kind.same(boot[0], want):
             status = "overridden"
             value = "nothing (the setting is dropped)" if boot[0] is None else boot[0]
-            reason = "at the next boot %s sets %s; stacktune's %s sets %s" % (
-                boot[1],
-                value,
-                obs["unit"]["path"],
-                want,
-            )
+            why = "at the next boot %s sets %s; stacktune's %s sets %s" % (boot[1], value, obs["unit"]["path"], want)
+            reason = why if reason is None or kind.reboot else "%s (%s)" % (why, reason)
         return status, reason
 
     @staticmethod

@@ -8,14 +8,16 @@ What the next boot applies is read the way systemd-sysctl reads it: ``*.conf`` f
 /etc/sysctl.d, /run/sysctl.d, /usr/local/lib/sysctl.d, /usr/lib/sysctl.d and /lib/sysctl.d;
 a file name in an earlier directory masks the same name in the later ones; all files are
 applied in the order of their names, a later assignment wins; a leading ``-`` only says
-that errors are ignored. /etc/sysctl.conf counts where a sysctl.d entry links to it (as
-Debian's and Red Hat's 99-sysctl.conf do).
+that errors are ignored. /etc/sysctl.conf is read where a sysctl.d entry links to it (the
+99-sysctl.conf link systemd's packages ship on Debian and Red Hat), else last, as procps'
+``sysctl --system`` reads it on hosts that boot without systemd-sysctl.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import os
 import re
 
 from ansible_collections.stacktune.gpu.plugins.module_utils._dropins import ordered_files
@@ -43,6 +45,15 @@ def parse_assignments(text):
         key, value = line.split("=", 1)
         out.append((key.strip().lstrip("-").strip().replace("/", "."), norm_ws(value)))
     return out
+
+
+def _links_to(ctx, host_path, target):
+    real = ctx.path(host_path)
+    if not os.path.islink(real):
+        return False
+    link = os.readlink(real)
+    resolved = link if os.path.isabs(link) else os.path.join(os.path.dirname(host_path), link)
+    return os.path.normpath(resolved) == target
 
 
 class SysctlKind(Kind):
@@ -81,7 +92,14 @@ class SysctlKind(Kind):
 
     def boot_value(self, s, ctx, pending=None):
         found = None
-        for host_path, text in ordered_files(ctx, SYSCTL_DIRS, pending):
+        files = ordered_files(ctx, SYSCTL_DIRS, pending)
+        if not any(_links_to(ctx, host_path, "/etc/sysctl.conf") for host_path, _text in files):
+            try:
+                with open(ctx.path("/etc/sysctl.conf")) as handle:
+                    files.append(("/etc/sysctl.conf", handle.read()))
+            except (IOError, OSError, UnicodeDecodeError):
+                pass
+        for host_path, text in files:
             for key, value in parse_assignments(text):
                 if key == s["key"]:
                     found = (value, host_path)

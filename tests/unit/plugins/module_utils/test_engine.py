@@ -379,7 +379,8 @@ def test_check_mode_predicts_the_override(fakeroot):
             None,
         ),
         ({"/etc/sysctl.d/50-a.conf": "vm/swappiness = 3\n"}, {}, None),
-        ({"/etc/sysctl.conf": "vm.swappiness = 60\n"}, {}, None),
+        # no 99-sysctl.conf link: procps' sysctl --system reads /etc/sysctl.conf last
+        ({"/etc/sysctl.conf": "vm.swappiness = 60\n"}, {}, ("60", "/etc/sysctl.conf")),
     ],
 )
 def test_boot_value_follows_systemd_sysctl_order(fakeroot, files, links, want):
