@@ -69,6 +69,7 @@ TUNE = "playbooks/tune.yml"
 BAD_INPUTS = [
     (TUNE, "layers-unknown", {"stacktune_layers": ["memory", "no_such_layer"]}, "stacktune_layers"),
     (TUNE, "layers-type", {"stacktune_layers": {"memory": 1}}, "stacktune_layers"),
+    (TUNE, "layers-string", {"stacktune_layers": "[kernal]"}, "stacktune_layers"),
     (TUNE, "layers-path", {"stacktune_layers": ["../../etc/cron.d"]}, "stacktune_layers"),
     (TUNE, "gate-type", {"stacktune_gate": "perhaps"}, "stacktune_gate"),
     (TUNE, "policy-choice", {"stacktune_gate_default_policy": "sometimes"}, "stacktune_gate_default_policy"),
