@@ -629,6 +629,8 @@ class Engine(object):
             obs = self.observe(s)
             status, reason = self.status_of(s, obs)
             rows.append(self.result_row(s, obs, status, reason, False))
+        for kind_name in sorted({s["kind"] for s in settings}):
+            self.notes.extend(KINDS[kind_name].other_writers([s for s in settings if s["kind"] == kind_name], self.ctx))
         return self._summary("verify", rows, unsupported, entry)
 
     # ------------------------------------------------------------------ restore

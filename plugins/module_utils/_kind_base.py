@@ -120,6 +120,10 @@ class Kind(object):
         """Hook run after units of this kind changed (e.g. regenerate the bootloader config)."""
         return []
 
+    def other_writers(self, settings, ctx):
+        """Sentences naming other tools on the host that rewrite what these settings manage."""
+        return []
+
     def boot_value(self, s, ctx, pending=None):
         """What the host's own boot machinery will set: ``(value, source path)``.
 
@@ -130,6 +134,20 @@ class Kind(object):
         stacktune's at the next boot: the engine reports the setting ``overridden``.
         """
         return
+
+
+def running(ctx, *names):
+    """Names of the given processes (as /proc/<pid>/comm shows them, 15 characters) that run now."""
+    found = set()
+    try:
+        pids = [p for p in os.listdir(ctx.path("/proc")) if p.isdigit()]
+    except OSError:
+        return found
+    for pid in pids:
+        comm = (read_text(ctx.path("/proc/%s/comm" % pid)) or "").strip()
+        if comm in names:
+            found.add(comm)
+    return found
 
 
 def require(spec, field, kind):

@@ -17,7 +17,13 @@ __metaclass__ = type
 
 import os
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Kind, SpecError, Unsupported, setting
+from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
+    Kind,
+    SpecError,
+    Unsupported,
+    running,
+    setting,
+)
 
 FIELDS = ("persistence_mode", "power_limit_w", "compute_mode", "app_clocks")
 COMPUTE_MODES = {"default": 0, "prohibited": 2, "exclusive_process": 3}
@@ -65,6 +71,16 @@ def _call(session, what, *args):
 
 class NvmlKind(Kind):
     name = "nvml"
+
+    def other_writers(self, settings, ctx):
+        if not any(s.get("field") == "persistence_mode" for s in settings):
+            return []
+        if not running(ctx, "nvidia-persiste"):  # /proc/<pid>/comm keeps 15 characters
+            return []
+        return [
+            "nvidia-persistenced runs: it keeps the GPUs initialised itself, and when it is stopped or restarted "
+            "persistence mode follows the daemon's options, not stacktune's setting"
+        ]
 
     def expand(self, spec, ctx):
         field = spec.get("key")

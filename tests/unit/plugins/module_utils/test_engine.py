@@ -448,3 +448,38 @@ def test_kernel_args_as_grub_mkconfig_builds_the_command_line(fakeroot, files, s
         assert "sets nothing (the setting is dropped)" in row["reason"]
     elif at_boot is not None:
         assert (row["at_boot"], row["at_boot_from"]) == at_boot
+
+
+# ---------------------------------------------------------------- other writers
+
+
+@pytest.mark.parametrize(
+    "main_conf,expect",
+    [
+        (None, "re-reads the sysctl.d files (reapply_sysctl = 1), so stacktune's drop-in wins"),
+        ("[main]\nreapply_sysctl = 0\n", "its profile's sysctls override stacktune's for every key both set"),
+    ],
+)
+def test_verify_names_an_active_tuned_profile(fakeroot, main_conf, expect):
+    write(fakeroot, "/etc/tuned/active_profile", "throughput-performance\n")
+    write(fakeroot, "/proc/100/comm", "tuned\n")
+    if main_conf:
+        write(fakeroot, "/etc/tuned/tuned-main.conf", main_conf)
+    engine(fakeroot, "kernel").apply(KERNEL[:1], "run1")
+    notes = engine(fakeroot, "kernel").verify()["notes"]
+    assert any(n.startswith("TuneD profile 'throughput-performance' runs: ") and expect in n for n in notes), notes
+
+
+def test_verify_says_whether_irqbalance_may_move_pinned_irqs(fakeroot):
+    write(fakeroot, "/proc/200/comm", "irqbalance\n")
+    engine(fakeroot, "numa_irq").apply(NUMA, "run1")
+    notes = engine(fakeroot, "numa_irq").verify()["notes"]
+    assert any("irqbalance runs and is not told to leave IRQ(s) 41, 42 alone" in n for n in notes), notes
+    write(fakeroot, "/etc/default/irqbalance", 'IRQBALANCE_ARGS="--banirq=41 --banirq=42"\n')
+    notes = engine(fakeroot, "numa_irq").verify()["notes"]
+    assert "irqbalance runs; every IRQ stacktune pins is banned from it (--banirq)" in notes
+
+
+def test_no_other_writer_no_note(fakeroot):
+    engine(fakeroot, "kernel").apply(KERNEL[:1], "run1")
+    assert engine(fakeroot, "kernel").verify()["notes"] == []
