@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Test oracle: what the next boot's sysctl step leaves, in procps' own file order.
 
 ``sysctl --system`` (procps) lists the files it applies ("* Applying FILE ...") in the order
