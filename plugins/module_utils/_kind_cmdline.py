@@ -21,6 +21,7 @@ import os
 import re
 import shlex
 
+from ansible_collections.stacktune.gpu.plugins.module_utils._dropins import ordered_files
 from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import env_file_value, read_text
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
     HEADER,
@@ -164,19 +165,11 @@ class KernelArgKind(Kind):
         """The argument on the command line grub-mkconfig builds: /etc/default/grub, then grub.d/*.cfg in order."""
         if _grubby_family(ctx) or not os.path.exists(ctx.path("/etc/default/grub")):
             return None
-        pending = pending or {}
-        files = ["/etc/default/grub"]
-        try:
-            names = os.listdir(ctx.path("/etc/default/grub.d"))
-        except OSError:
-            names = []
-        names = {n for n in names if n.endswith(".cfg")}
-        names.update(p.rsplit("/", 1)[1] for p in pending if p.startswith("/etc/default/grub.d/"))
-        files += ["/etc/default/grub.d/" + n for n in sorted(names)]
+        files = [("/etc/default/grub", read_text(ctx.path("/etc/default/grub")))]
+        files += ordered_files(ctx, ("/etc/default/grub.d",), pending, suffix=".cfg")
         env = {"GRUB_CMDLINE_LINUX": "", "GRUB_CMDLINE_LINUX_DEFAULT": ""}
         found, source = None, None
-        for host_path in files:
-            text = pending[host_path] if host_path in pending else read_text(ctx.path(host_path))
+        for host_path, text in files:
             if not grub_assignments(text, env):
                 return None
             value = cmdline_args(env["GRUB_CMDLINE_LINUX"] + " " + env["GRUB_CMDLINE_LINUX_DEFAULT"]).get(s["key"])
