@@ -185,6 +185,7 @@ class Engine(object):
             obs["writable"] = unit is not None
             obs["why_not"] = err
             obs["unit"] = unit
+            obs["boot"] = kind.boot_value(s, self.ctx) if unit else None
             return obs
         try:
             obs["live"] = kind.read_live(s, self.ctx)
@@ -315,7 +316,8 @@ class Engine(object):
         if status in overridable and has_unit and persisted_ok and boot is not None and not kind.same(boot[0], want):
             status = "overridden"
             value = "nothing (the setting is dropped)" if boot[0] is None else boot[0]
-            why = "at the next boot %s sets %s; stacktune's %s sets %s" % (boot[1], value, obs["unit"]["path"], want)
+            ours = boot[2] if len(boot) > 2 and boot[2] else want
+            why = "at the next boot %s sets %s; stacktune's %s sets %s" % (boot[1], value, obs["unit"]["path"], ours)
             reason = why if reason is None or kind.reboot else "%s (%s)" % (why, reason)
         return status, reason
 

@@ -125,7 +125,10 @@ class Kind(object):
         return []
 
     def boot_value(self, s, ctx, pending=None):
-        """What the host's own boot machinery will set: ``(value, source path)``.
+        """What the host's own boot machinery will set: ``(value, source path[, ours])``.
+
+        ``ours`` (optional) is a short form of what stacktune's unit sets, for the message
+        when the whole setting is long (a file whose one line is overridden).
 
         ``pending``: ``{host path: text}`` of units about to be written (check mode predicts
         with them in place).

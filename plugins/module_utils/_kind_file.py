@@ -15,6 +15,7 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.stacktune.gpu.plugins.module_utils import _bootlimits
 from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import env_file_value
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
     Kind,
@@ -60,6 +61,13 @@ class FileKind(Kind):
 
     def persisted(self, s, unit_text):
         return unit_text
+
+    def boot_value(self, s, ctx, pending=None):
+        # a limits.d file competes with limits.conf and the other limits.d files at each login
+        directory = s["key"].rsplit("/", 1)[0]
+        if directory in _bootlimits.LIMITS_DIRS and s["key"].endswith(".conf"):
+            return _bootlimits.boot_value(ctx, s["key"], s["value"], pending)
+        return None
 
 
 class EnvVarKind(Kind):

@@ -7,14 +7,21 @@
 Live is /proc/mounts, applied with ``mount -o remount,<option>=<value>`` where the
 process may remount (CAP_SYS_ADMIN); persistence is the mount point's line in
 /etc/fstab, edited in place (other options kept) or added when absent.
+
+At boot systemd turns the fstab line into a mount unit (systemd-fstab-generator). A unit
+file of the same name in /etc/systemd/system outranks the generated one, and ``Options=``
+in the unit's drop-ins (``<unit>.d/*.conf``, by file name, later wins) replaces the
+options of either: both are what the next boot mounts with instead of the fstab line.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import os
 import re
 
+from ansible_collections.stacktune.gpu.plugins.module_utils._dropins import ordered_files
 from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import read_text
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
     Kind,
@@ -28,6 +35,39 @@ OPTIONS = ("size", "nr_inodes", "mode")
 _SIZE = re.compile(r"^(\d+)([kKmMgGtT]?)$")
 _MULT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 CAP_SYS_ADMIN = 21
+# unit directories that outrank the fstab generator and survive a reboot, then those below it
+UNIT_DIRS_ABOVE = ("/etc/systemd/system",)
+UNIT_DIRS = ("/etc/systemd/system", "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
+_UNIT_SAFE = re.compile(r"[A-Za-z0-9:_.]")
+
+
+def unit_name(mountpoint):
+    """systemd's mount unit name for a path (``systemd-escape --path --suffix=mount``)."""
+    path = mountpoint.strip("/")
+    if not path:
+        return "-.mount"
+    out = []
+    for i, char in enumerate(path):
+        if char == "/":
+            out.append("-")
+        elif _UNIT_SAFE.match(char) and not (i == 0 and char == "."):
+            out.append(char)
+        else:
+            out.extend("\\x%02x" % b for b in char.encode("utf-8"))
+    return "".join(out) + ".mount"
+
+
+def unit_options(text):
+    """The last ``Options=`` of a unit file's [Mount] section: a string, "" when reset, None when absent."""
+    found = None
+    section = None
+    for raw in (text or "").splitlines():
+        line = raw.strip()
+        if line.startswith("[") and line.endswith("]"):
+            section = line
+        elif section == "[Mount]" and line.partition("=")[0].strip() == "Options":
+            found = line.partition("=")[2].strip()
+    return found
 
 
 def size_bytes(text):
@@ -152,3 +192,31 @@ class MountKind(Kind):
             return None
         fields = unit_text.split()
         return option_dict(fields[3]).get(s["option"]) if len(fields) >= 4 else None
+
+    def boot_value(self, s, ctx, pending=None):
+        name = unit_name(s["mountpoint"])
+        source, options = None, None
+        line = (pending or {}).get("/etc/fstab")
+        if line is None:
+            for candidate in (read_text(ctx.path("/etc/fstab")) or "").splitlines():
+                if self.matches(candidate, s["mountpoint"]):
+                    line = candidate
+        if line is not None and len(line.split()) >= 4:
+            source, options = "/etc/fstab", line.split()[3]
+        for directory in UNIT_DIRS_ABOVE:
+            host_path = "%s/%s" % (directory, name)
+            real = ctx.path(host_path)
+            if os.path.islink(real) and os.readlink(real) == "/dev/null":
+                return (None, host_path + " (masked)")
+            text = read_text(real)
+            if text is not None:
+                source, options = host_path, unit_options(text)
+                break
+        dirs = ["%s/%s.d" % (d, name) for d in UNIT_DIRS]
+        for host_path, text in ordered_files(ctx, dirs):
+            found = unit_options(text)
+            if found is not None:
+                source, options = host_path, found
+        if source is None:
+            return None
+        return (option_dict(options or "").get(s["option"]) or None, source)

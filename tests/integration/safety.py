@@ -6,7 +6,8 @@ scenario's containers exist (``molecule create -s safety && molecule prepare -s 
 
 Phases (each one asserts and prints what it covered):
 1. bad input: every case of the corpus (tune.yml, drift.yml, rollback.yml, verify.yml,
-   acceptance.yml variables) fails before any host change, with a message naming its
+   acceptance.yml variables, and every list and mapping variable of the roles called
+   directly with include_role) fails before any host change, with a message naming its
    variable; the host's state hash is unchanged and no journal or metrics file appears.
 2. check-mode fidelity: ``tune.yml --check`` then the real run on the reference host;
    per layer and setting, the predicted changes equal the real ones.
@@ -137,6 +138,41 @@ BAD_INPUTS = [
     ("playbooks/acceptance.yml", "acceptance-level", {"acceptance_level": "ultra"}, "acceptance_level"),
     ("playbooks/acceptance.yml", "acceptance-rounds", {"acceptance_rounds": 0}, "acceptance_rounds"),
 ]
+
+# Roles called directly (include_role): every list and mapping variable of every role, given
+# a value of the wrong type, must be refused naming it. Generated from the argument specs.
+DIRECT = "tests/integration/direct-roles.yml"
+DIRECT_ROLES = (
+    "bios",
+    "driver",
+    "facts",
+    "gpu_settings",
+    "kernel",
+    "memory",
+    "metrics",
+    "nccl",
+    "numa_irq",
+    "preflight",
+    "stacktune",
+)
+WRONG_TYPE = {"list": 7, "dict": ["not", "a", "mapping"]}
+
+
+def direct_role_cases():
+    import yaml
+
+    cases = []
+    for role in DIRECT_ROLES:
+        with open(os.path.join(REPO, "roles", role, "meta", "argument_specs.yml")) as handle:
+            options = yaml.safe_load(handle)["argument_specs"]["main"]["options"]
+        for name, spec in sorted(options.items()):
+            if spec.get("type") in WRONG_TYPE:
+                bad = {"safety_role": role, name: WRONG_TYPE[spec["type"]]}
+                cases.append((DIRECT, "role-%s" % name.replace("_", "-"), bad, name))
+    return cases
+
+
+BAD_INPUTS += direct_role_cases()
 
 HASH_SCRIPT = r"""
 set -eu

@@ -483,3 +483,115 @@ def test_verify_says_whether_irqbalance_may_move_pinned_irqs(fakeroot):
 def test_no_other_writer_no_note(fakeroot):
     engine(fakeroot, "kernel").apply(KERNEL[:1], "run1")
     assert engine(fakeroot, "kernel").verify()["notes"] == []
+
+
+MEMLOCK = (
+    "# Managed by stacktune (layer memory)\n"
+    "*    soft    memlock    unlimited\n*    hard    memlock    unlimited\n"
+    "root soft    memlock    unlimited\nroot hard    memlock    unlimited\n"
+)
+LIMITS_FILE = [{"kind": "file", "key": "/etc/security/limits.d/60-stacktune-memlock.conf", "value": MEMLOCK}]
+
+
+@pytest.mark.parametrize(
+    "files,status,at_boot",
+    [
+        ({}, "changed", (MEMLOCK, "/etc/security/limits.d/60-stacktune-memlock.conf")),
+        # limits.conf is read first: stacktune's limits.d file wins over it
+        ({"/etc/security/limits.conf": "* hard memlock 64\n"}, "changed", None),
+        # a later limits.d file with the same rank wins
+        (
+            {"/etc/security/limits.d/90-site.conf": "*  hard  memlock  65536\n"},
+            "overridden",
+            ("* hard memlock 65536", "/etc/security/limits.d/90-site.conf"),
+        ),
+        # '-' sets soft and hard at once
+        (
+            {"/etc/security/limits.d/95-x.conf": "root - memlock 8192\n"},
+            "overridden",
+            ("root soft memlock 8192", "/etc/security/limits.d/95-x.conf"),
+        ),
+        # a wildcard entry does not apply to root; an earlier file cannot override
+        ({"/etc/security/limits.d/95-y.conf": "# site\n"}, "changed", None),
+        ({"/etc/security/limits.d/10-early.conf": "* hard memlock 64\n"}, "changed", None),
+        # a matching "<domain> -" line: pam_limits sets no limit at all for that account
+        (
+            {"/etc/security/limits.d/99-nolimits.conf": "root -\n"},
+            "overridden",
+            ("no limit (a 'root -' line)", "/etc/security/limits.d/99-nolimits.conf"),
+        ),
+    ],
+)
+def test_memlock_limits_follow_pam_limits_order(fakeroot, files, status, at_boot):
+    for path, text in files.items():
+        write(fakeroot, path, text)
+    predicted = engine(fakeroot, "memory", check=True).apply(LIMITS_FILE, "run1")
+    row = engine(fakeroot, "memory").apply(LIMITS_FILE, "run1")["settings"][0]
+    assert predicted["settings"][0]["status"] == row["status"] == status
+    if at_boot is not None:
+        assert (row["at_boot"], row["at_boot_from"]) == at_boot
+    if status == "overridden":
+        assert "stacktune's /etc/security/limits.d/60-stacktune-memlock.conf sets " in row["reason"]
+        assert engine(fakeroot, "memory").verify()["overridden"] == [row["id"]]
+
+
+SHM = [{"kind": "mount", "key": "/dev/shm", "option": "size", "value": "64G"}]
+
+
+@pytest.mark.parametrize(
+    "files,links,status,at_boot",
+    [
+        ({}, {}, "unsupported", ("64G", "/etc/fstab")),
+        # a mount unit in /etc/systemd/system outranks the one systemd generates from fstab
+        (
+            {"/etc/systemd/system/dev-shm.mount": "[Unit]\nDescription=shm\n[Mount]\nWhat=tmpfs\nOptions=size=8G\n"},
+            {},
+            "overridden",
+            ("8G", "/etc/systemd/system/dev-shm.mount"),
+        ),
+        # a drop-in's Options= replaces the options of the generated unit
+        (
+            {"/etc/systemd/system/dev-shm.mount.d/50-size.conf": "[Mount]\nOptions=mode=1777,size=16G\n"},
+            {},
+            "overridden",
+            ("16G", "/etc/systemd/system/dev-shm.mount.d/50-size.conf"),
+        ),
+        # a unit below the generator (vendor dir) does not win; its drop-ins do not exist here
+        ({"/usr/lib/systemd/system/dev-shm.mount": "[Mount]\nOptions=size=1G\n"}, {}, "unsupported", None),
+        # masked: the next boot does not mount it from fstab at all
+        (
+            {},
+            {"/etc/systemd/system/dev-shm.mount": "/dev/null"},
+            "overridden",
+            (None, "/etc/systemd/system/dev-shm.mount (masked)"),
+        ),
+    ],
+)
+def test_shm_size_follows_systemd_mount_units(fakeroot, files, links, status, at_boot):
+    for path, text in files.items():
+        write(fakeroot, path, text)
+    for path, target in links.items():
+        full = os.path.join(str(fakeroot), path.lstrip("/"))
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        os.symlink(target, full)
+    predicted = engine(fakeroot, "memory", check=True).apply(SHM, "run1")
+    row = engine(fakeroot, "memory").apply(SHM, "run1")["settings"][0]
+    assert predicted["settings"][0]["status"] == row["status"] == status
+    if at_boot is not None:
+        assert (row["at_boot"], row["at_boot_from"]) == at_boot
+    assert engine(fakeroot, "memory").apply(SHM, "run1")["settings"][0]["changed"] is False
+
+
+@pytest.mark.parametrize(
+    "path,name",
+    [
+        ("/dev/shm", "dev-shm.mount"),
+        ("/", "-.mount"),
+        ("/mnt/my-data", "mnt-my\\x2ddata.mount"),
+        ("/srv/.x", "srv-.x.mount"),
+    ],
+)
+def test_mount_unit_names_escape_like_systemd(path, name):
+    from ansible_collections.stacktune.gpu.plugins.module_utils._kind_mount import unit_name
+
+    assert unit_name(path) == name

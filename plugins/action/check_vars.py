@@ -1,0 +1,78 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Action plugin ``stacktune.gpu.check_vars``: check a role's variables against its argument spec.
+
+Runs on the controller and touches no host. Documentation is in
+``plugins/modules/check_vars.py``; the rules are in ``module_utils/_varspec.py``.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+
+from ansible.errors import AnsibleError
+from ansible.plugins.action import ActionBase
+from ansible_collections.stacktune.gpu.plugins.module_utils._varspec import MISSING, check
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("entry_point", "role_path", "skip"))
+
+    def _spec_file(self):
+        role_path = self._task.args.get("role_path")
+        if not role_path:
+            role = getattr(self._task, "_role", None)
+            role_path = getattr(role, "_role_path", None)
+        if not role_path:
+            return None
+        return os.path.join(role_path, "meta", "argument_specs.yml")
+
+    def _value(self, name, task_vars):
+        if name not in task_vars:
+            return MISSING
+        try:
+            return self._templar.template(task_vars[name])
+        except AnsibleError as exc:
+            return _Unresolved(str(exc).splitlines()[0])
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        entry_point = self._task.args.get("entry_point") or "main"
+        skip = set(self._task.args.get("skip") or [])
+        path = self._spec_file()
+        if not path or not os.path.isfile(path):
+            result.update(failed=True, msg="check_vars: no meta/argument_specs.yml found (give role_path)")
+            return result
+        specs = (self._loader.load_from_file(path) or {}).get("argument_specs") or {}
+        if entry_point not in specs:
+            result.update(failed=True, msg="check_vars: %s has no entry point %r" % (path, entry_point))
+            return result
+        options = {k: v for k, v in (specs[entry_point].get("options") or {}).items() if k not in skip}
+        values, errors = {}, []
+        for name in options:
+            value = self._value(name, task_vars)
+            if isinstance(value, _Unresolved):
+                errors.append("%s cannot be resolved: %s" % (name, value.message))
+                continue
+            values[name] = value
+        errors.extend(check(options, values))
+        result["checked"] = sorted(options)
+        result["changed"] = False
+        if errors:
+            result["failed"] = True
+            result["errors"] = errors
+            result["msg"] = "; ".join(errors)
+        else:
+            result["msg"] = "%d variables match the argument spec" % len(options)
+        return result
+
+
+class _Unresolved(object):
+    def __init__(self, message):
+        self.message = message

@@ -1,0 +1,163 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Strict checks of role variables against a role's argument spec (meta/argument_specs.yml).
+
+Ansible's own role argument validation converts where it can (``7`` passes as a list of
+one string) but leaves the variable as the caller wrote it, so a role would then fail deep
+inside a task with a message that names nothing. These checks refuse what the spec does
+not describe, before anything on the host changes, and every message names the variable,
+the expected form and what was given.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+from collections.abc import Mapping
+
+MISSING = object()
+BOOL_WORDS = ("yes", "no", "true", "false", "on", "off", "y", "n", "1", "0")
+_INT = re.compile(r"^[-+]?\d+$")
+_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+TYPE_WORDS = {
+    "str": "a string",
+    "path": "a path",
+    "int": "a whole number",
+    "float": "a number",
+    "bool": "true or false",
+    "list": "a list",
+    "dict": "a mapping",
+    "raw": "any value",
+}
+
+
+def _shown(value, limit=60):
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _type_name(value):
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "str"
+    if isinstance(value, Mapping):
+        return "mapping"
+    if isinstance(value, (list, tuple)):
+        return "list"
+    return type(value).__name__
+
+
+def _scalar_ok(kind, value):
+    if kind == "raw":
+        return True
+    if isinstance(value, bool):
+        return kind == "bool"
+    if kind in ("str", "path"):
+        return isinstance(value, (str, int, float))
+    if kind == "int":
+        return isinstance(value, int) or (isinstance(value, str) and bool(_INT.match(value.strip())))
+    if kind == "float":
+        return isinstance(value, (int, float)) or (isinstance(value, str) and bool(_FLOAT.match(value.strip())))
+    if kind == "bool":
+        return (isinstance(value, str) and value.strip().lower() in BOOL_WORDS) or (
+            isinstance(value, int) and value in (0, 1)
+        )
+    return True
+
+
+def _expected(spec):
+    kind = spec.get("type", "str")
+    text = TYPE_WORDS.get(kind, kind)
+    if kind == "list":
+        element = spec.get("elements")
+        if element:
+            text = "a list of %s" % {"dict": "mappings", "int": "whole numbers", "float": "numbers"}.get(
+                element, "strings" if element in ("str", "path") else element
+            )
+    if spec.get("choices"):
+        text += " (one of %s)" % ", ".join(str(c) for c in spec["choices"])
+    return text
+
+
+def _check_one(name, spec, value, errors):
+    kind = spec.get("type", "str")
+    if value is None:
+        if spec.get("required"):
+            errors.append("%s is required; got null (expected %s)" % (name, _expected(spec)))
+        elif kind in ("list", "dict") and spec.get("default") is not None:
+            errors.append("%s must be %s, got null" % (name, _expected(spec)))
+        return
+    given = "got %s (%s)" % (_shown(value), _type_name(value))
+    if kind == "list":
+        if not isinstance(value, (list, tuple)):
+            hint = ""
+            if isinstance(value, str):
+                hint = ". On the command line give lists as JSON: -e '{\"%s\": [...]}'" % name
+            errors.append("%s must be %s, %s%s" % (name, _expected(spec), given, hint))
+            return
+        element = spec.get("elements")
+        for index, item in enumerate(value):
+            label = "%s[%d]" % (name, index)
+            if element == "dict":
+                if not isinstance(item, Mapping):
+                    errors.append("%s must be a mapping, got %s (%s)" % (label, _shown(item), _type_name(item)))
+                elif spec.get("options"):
+                    _check_mapping(label, spec["options"], item, errors)
+            elif element:
+                _check_one(label, {"type": element, "choices": spec.get("choices")}, item, errors)
+        return
+    if kind == "dict":
+        if not isinstance(value, Mapping):
+            hint = ""
+            if isinstance(value, str):
+                hint = ". On the command line give mappings as JSON: -e '{\"%s\": {...}}'" % name
+            errors.append("%s must be a mapping, %s%s" % (name, given, hint))
+        elif spec.get("options"):
+            _check_mapping(name, spec["options"], value, errors)
+        return
+    if isinstance(value, (Mapping, list, tuple)) and kind != "raw" or not _scalar_ok(kind, value):
+        errors.append("%s must be %s, %s" % (name, _expected(spec), given))
+        return
+    choices = spec.get("choices")
+    if choices and value not in choices and str(value) not in [str(c) for c in choices]:
+        errors.append("%s must be one of %s, %s" % (name, ", ".join(str(c) for c in choices), given))
+
+
+def _check_mapping(label, options, value, errors):
+    unknown = sorted(str(k) for k in value if k not in options)
+    if unknown:
+        errors.append("%s has unknown key(s) %s; known: %s" % (label, ", ".join(unknown), ", ".join(sorted(options))))
+    for key, spec in options.items():
+        if key in value:
+            _check_one("%s.%s" % (label, key), spec or {}, value[key], errors)
+        elif (spec or {}).get("required"):
+            errors.append("%s needs the key %s (%s)" % (label, key, _expected(spec)))
+
+
+def check(options, values):
+    """Messages for every variable whose value the spec does not describe (empty when all are fine).
+
+    ``options``: the ``options`` of an argument spec entry point; ``values``: variable name
+    to value, :data:`MISSING` where the variable is not defined.
+    """
+    errors = []
+    for name in sorted(options):
+        spec = options[name] or {}
+        value = values.get(name, MISSING)
+        if value is MISSING:
+            if spec.get("required"):
+                errors.append("%s is required (%s)" % (name, _expected(spec)))
+            continue
+        _check_one(name, spec, value, errors)
+    return errors

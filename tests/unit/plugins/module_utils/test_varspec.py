@@ -1,0 +1,88 @@
+"""Strict variable checks against argument specs (module_utils/_varspec.py)."""
+
+import os
+
+import pytest
+import yaml
+
+from ansible_collections.stacktune.gpu.plugins.module_utils._varspec import MISSING, check
+
+ROLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles")
+
+SPEC = {
+    "nics": {"type": "list", "elements": "str", "default": []},
+    "override": {"type": "dict", "default": {}},
+    "enabled": {"type": "bool", "default": True},
+    "steps": {"type": "int", "default": 200},
+    "quantile": {"type": "float", "default": 0.99},
+    "mode": {"type": "str", "choices": ["ban", "ignore"], "default": "ban"},
+    "size": {"type": "str"},
+    "gpus": {"type": "list", "elements": "int"},
+    "rules": {
+        "type": "list",
+        "elements": "dict",
+        "options": {"version": {"type": "str", "required": True}, "reason": {"type": "str"}},
+    },
+}
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {},
+        {"nics": ["ib0"], "override": {"0000:3b:00.0": "0-3"}, "enabled": "yes", "steps": "300", "quantile": 1},
+        {"mode": "ignore", "size": 64, "gpus": [0, 1], "rules": [{"version": "550.54.14"}]},
+        {"size": None, "gpus": None, "enabled": False},
+    ],
+)
+def test_values_the_spec_describes_pass(values):
+    assert check(SPEC, values) == []
+
+
+@pytest.mark.parametrize(
+    "values,message",
+    [
+        ({"nics": 7}, "nics must be a list of strings, got 7 (int)"),
+        ({"nics": "[ib0]"}, "On the command line give lists as JSON: -e '{\"nics\": [...]}'"),
+        ({"nics": ["ib0", {"x": 1}]}, "nics[1] must be a string, got {'x': 1} (mapping)"),
+        ({"nics": None}, "nics must be a list of strings, got null"),
+        ({"override": ["a"]}, "override must be a mapping, got ['a'] (list)"),
+        ({"override": "a=b"}, "On the command line give mappings as JSON"),
+        ({"enabled": "maybe"}, "enabled must be true or false, got 'maybe' (str)"),
+        ({"steps": "many"}, "steps must be a whole number, got 'many' (str)"),
+        ({"steps": True}, "steps must be a whole number, got True (bool)"),
+        ({"quantile": [0.5]}, "quantile must be a number, got [0.5] (list)"),
+        ({"mode": "stop"}, "mode must be one of ban, ignore, got 'stop' (str)"),
+        ({"size": {"g": 64}}, "size must be a string, got {'g': 64} (mapping)"),
+        ({"gpus": [0, "first"]}, "gpus[1] must be a whole number, got 'first' (str)"),
+        ({"rules": [{"reason": "x"}]}, "rules[0] needs the key version (a string)"),
+        ({"rules": [{"version": "1", "typo": 2}]}, "rules[0] has unknown key(s) typo; known: reason, version"),
+    ],
+)
+def test_each_bad_value_is_named_with_the_expected_form(values, message):
+    errors = check(SPEC, values)
+    assert len(errors) == 1, errors
+    assert message in errors[0]
+
+
+def test_every_bad_variable_is_reported_at_once():
+    errors = check(SPEC, {"nics": 7, "steps": "x", "mode": "stop"})
+    assert [e.split(" ", 1)[0] for e in errors] == ["mode", "nics", "steps"]
+
+
+def test_a_required_variable_that_is_missing():
+    assert check({"x": {"type": "str", "required": True}}, {"x": MISSING}) == ["x is required (a string)"]
+
+
+@pytest.mark.parametrize("role", sorted(os.listdir(ROLES)))
+def test_every_role_default_matches_its_own_spec(role):
+    """The roles' defaults are valid input: the checks refuse nothing a role ships with."""
+    with open(os.path.join(ROLES, role, "meta", "argument_specs.yml")) as handle:
+        options = yaml.safe_load(handle)["argument_specs"]["main"]["options"]
+    defaults_file = os.path.join(ROLES, role, "defaults", "main.yml")
+    defaults = {}
+    if os.path.exists(defaults_file):
+        with open(defaults_file) as handle:
+            defaults = yaml.safe_load(handle) or {}
+    values = {k: v for k, v in defaults.items() if k in options and not (isinstance(v, str) and "{{" in v)}
+    assert check(options, values) == []
