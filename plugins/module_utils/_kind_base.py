@@ -139,20 +139,6 @@ class Kind(object):
         return
 
 
-def running(ctx, *names):
-    """Names of the given processes (as /proc/<pid>/comm shows them, 15 characters) that run now."""
-    found = set()
-    try:
-        pids = [p for p in os.listdir(ctx.path("/proc")) if p.isdigit()]
-    except OSError:
-        return found
-    for pid in pids:
-        comm = (read_text(ctx.path("/proc/%s/comm" % pid)) or "").strip()
-        if comm in names:
-            found.add(comm)
-    return found
-
-
 def require(spec, field, kind):
     if spec.get(field) in (None, ""):
         raise SpecError("setting of kind %s needs '%s'" % (kind, field))

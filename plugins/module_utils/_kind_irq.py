@@ -18,7 +18,8 @@ import re
 
 from ansible_collections.stacktune.gpu.plugins.module_utils._cpulist import canonical_cpulist
 from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import read_text
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Kind, SpecError, exists, running, setting
+from ansible_collections.stacktune.gpu.plugins.module_utils import _writers
+from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Kind, SpecError, exists, setting
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_sysfs import (
     render_tmpfiles,
     tmpfiles_boot_value,
@@ -98,19 +99,5 @@ class IrqAffinityKind(Kind):
         return tmpfiles_boot_value(ctx, s["path"], pending)
 
     def other_writers(self, settings, ctx):
-        if not running(ctx, "irqbalance"):
-            return []
-        text = ""
-        for path in ("/etc/default/irqbalance", "/etc/sysconfig/irqbalance"):
-            text += read_text(ctx.path(path)) or ""
-        unbanned = sorted(
-            (s["key"] for s in settings if "--banirq=%s" % s["key"] not in text),
-            key=lambda k: int(k) if str(k).isdigit() else 0,
-        )
-        if not unbanned:
-            return ["irqbalance runs; every IRQ stacktune pins is banned from it (--banirq)"]
-        return [
-            "irqbalance runs and is not told to leave IRQ(s) %s alone (no --banirq): it can move them off the "
-            "CPUs stacktune pinned them to until it is restarted with the numa_irq layer's configuration"
-            % ", ".join(str(k) for k in unbanned)
-        ]
+        note = _writers.irqbalance(ctx, [s["key"] for s in settings])
+        return [note] if note else []

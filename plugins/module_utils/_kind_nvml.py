@@ -17,11 +17,11 @@ __metaclass__ = type
 
 import os
 
+from ansible_collections.stacktune.gpu.plugins.module_utils import _writers
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
     Kind,
     SpecError,
     Unsupported,
-    running,
     setting,
 )
 
@@ -75,12 +75,8 @@ class NvmlKind(Kind):
     def other_writers(self, settings, ctx):
         if not any(s.get("field") == "persistence_mode" for s in settings):
             return []
-        if not running(ctx, "nvidia-persiste"):  # /proc/<pid>/comm keeps 15 characters
-            return []
-        return [
-            "nvidia-persistenced runs: it keeps the GPUs initialised itself, and when it is stopped or restarted "
-            "persistence mode follows the daemon's options, not stacktune's setting"
-        ]
+        note = _writers.persistenced(ctx)
+        return [note] if note else []
 
     def expand(self, spec, ctx):
         field = spec.get("key")

@@ -20,8 +20,8 @@ __metaclass__ = type
 import os
 import re
 
+from ansible_collections.stacktune.gpu.plugins.module_utils import _writers
 from ansible_collections.stacktune.gpu.plugins.module_utils._dropins import ordered_files
-from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import read_text
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
     HEADER,
     Kind,
@@ -29,7 +29,6 @@ from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
     exists,
     norm_ws,
     require,
-    running,
     setting,
 )
 
@@ -93,21 +92,8 @@ class SysctlKind(Kind):
         return found
 
     def other_writers(self, settings, ctx):
-        profile = (read_text(ctx.path("/etc/tuned/active_profile")) or "").strip()
-        if not profile:
-            return []
-        main = read_text(ctx.path("/etc/tuned/tuned-main.conf")) or ""
-        reapply = re.search(r"^\s*reapply_sysctl\s*=\s*(\S+)", main, re.M)
-        reapply = reapply is None or reapply.group(1).lower() in ("1", "true", "yes")
-        state = "runs" if running(ctx, "tuned") else "is set active (not running now)"
-        if reapply:
-            effect = (
-                "it applies its profile's sysctls, then re-reads the sysctl.d files (reapply_sysctl = 1), so "
-                "stacktune's drop-in wins for keys both set"
-            )
-        else:
-            effect = "reapply_sysctl = 0: its profile's sysctls override stacktune's for every key both set"
-        return ["TuneD profile %r %s: %s" % (profile, state, effect)]
+        note = _writers.tuned(ctx)
+        return [note] if note else []
 
     def boot_value(self, s, ctx, pending=None):
         found = None

@@ -583,10 +583,25 @@ def _check_kernel_log(run, facts, kernel_log):
     run.check("kernel_xid", findings, pass_why="no XID error in %s" % source)
 
 
-def run_preflight(facts, policy=None, kernel_log=None):
+def _check_other_writers(run, writers):
+    findings = [
+        _finding("other_writer_" + w["tool"].replace("-", "_").replace(".", "_"), "info", w["tool"], w["message"])
+        for w in writers
+    ]
+    run.check(
+        "other_writers",
+        findings,
+        skip_why="not looked for" if writers is None else None,
+        pass_why="no other tool or drop-in rewrites what stacktune manages"
+        if not findings
+        else "%d other writer(s), listed as info" % len(findings),
+    )
+
+
+def run_preflight(facts, policy=None, kernel_log=None, other_writers=None):
     """Run every preflight check over the facts. ``policy`` is validated first (ValueError
     names the variable). ``kernel_log``: None (not read) or a dict with source, text,
-    error, tried."""
+    error, tried. ``other_writers``: None (not looked for) or ``_writers.host_writers()``."""
     if not isinstance(facts, dict):
         raise ValueError("facts must be the ansible_facts.stacktune mapping")
     policy = validate_policy(policy)
@@ -618,6 +633,8 @@ def run_preflight(facts, policy=None, kernel_log=None):
     _check_throttle(run, facts)
     _check_power(run, facts, policy)
     _check_kernel_log(run, facts, kernel_log)
+    if other_writers is not None:
+        _check_other_writers(run, other_writers)
     ok = not any(f["severity"] == "critical" for f in run.findings)
     return {"ok": ok, "findings": run.findings, "checks": run.checks}
 

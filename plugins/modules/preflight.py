@@ -81,6 +81,14 @@ options:
         info finding, not a failure.
     type: bool
     default: true
+  other_writers:
+    description:
+      - Look for other tools and files that rewrite what stacktune manages (an active TuneD
+        profile, a running irqbalance or nvidia-persistenced, sysctl.d, grub.d and tmpfiles.d
+        drop-ins whose place in the boot order outranks stacktune's) and list them as info
+        findings (check C(other_writers)); they never fail the preflight.
+    type: bool
+    default: true
   fail_on:
     description:
       - Fail the task when a finding of this severity or worse exists; C(never) only reports.
@@ -168,11 +176,13 @@ blocking:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context
 from ansible_collections.stacktune.gpu.plugins.module_utils._preflight import (
     findings_at_or_above,
     run_preflight,
     validate_policy,
 )
+from ansible_collections.stacktune.gpu.plugins.module_utils._writers import host_writers
 
 KERN_LOG_PATHS = ("/var/log/kern.log",)
 KERN_LOG_TAIL_BYTES = 8 * 1024 * 1024
@@ -224,6 +234,7 @@ def main():
             use_default_denylist=dict(type="bool", default=True),
             cuda_minor_compat_majors=dict(type="list", elements="int", default=[12, 13]),
             kernel_log=dict(type="bool", default=True),
+            other_writers=dict(type="bool", default=True),
             fail_on=dict(type="str", choices=["critical", "warning", "never"], default="critical"),
         ),
         supports_check_mode=True,
@@ -249,7 +260,8 @@ def main():
 
     kernel_log = read_kernel_log(module) if p["kernel_log"] else None
     try:
-        result = run_preflight(p["facts"], policy, kernel_log)
+        writers = host_writers(Context("preflight")) if p["other_writers"] else None
+        result = run_preflight(p["facts"], policy, kernel_log, writers)
     except (ValueError, TypeError, KeyError, AttributeError) as e:
         module.fail_json(msg="Failed to run preflight checks on the facts: %s" % e)
 
