@@ -18,11 +18,27 @@ ARGS ?=
 SCENARIOS ?= default layers gate privileged fleet safety
 PY_SOURCES := plugins tests benchmarks
 
-.PHONY: tune facts test lint sanity unit molecule test-safety test-gpu bench bench-gate bench-facts bench-drift deps-run deps-test image clean
+.PHONY: tune verify drift rollback calibrate facts test lint sanity unit molecule test-safety test-gpu bench bench-gate bench-facts bench-drift deps-run deps-test image clean
 
 ## make tune: set up .venv and tune this machine (ansible-playbook tune.yml, local inventory)
 tune: deps-run
 	ansible-playbook tune.yml $(ARGS)
+
+## make verify: compare every setting stacktune manages with the live and persisted state (read-only)
+verify: deps-run
+	ansible-playbook playbooks/verify.yml $(ARGS)
+
+## make drift: report drift and settings another file overrides at the next boot; ARGS="-e stacktune_drift_fix=true" corrects drift
+drift: deps-run
+	ansible-playbook playbooks/drift.yml $(ARGS)
+
+## make rollback: put back everything stacktune changed, in reverse order of application
+rollback: deps-run
+	ansible-playbook playbooks/rollback.yml $(ARGS)
+
+## make calibrate: measure the host's block-to-block noise and what the gate's budget can resolve (changes nothing)
+calibrate: deps-run
+	ansible-playbook playbooks/calibrate.yml $(ARGS)
 
 ## make facts: print the GPU topology of the inventory's hosts
 facts: deps-run

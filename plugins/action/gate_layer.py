@@ -19,6 +19,7 @@ import time
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.six import string_types
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
 from ansible_collections.stacktune.gpu.plugins.module_utils._blocks import (
     GateSettingError,
     Trial,
@@ -27,6 +28,8 @@ from ansible_collections.stacktune.gpu.plugins.module_utils._blocks import (
     resolve_workloads,
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils._gate import POLICIES
+
+display = Display()
 
 BENCH_KEYS = ("command", "python", "size", "steps", "warmup", "timeout", "device", "workers", "env")
 
@@ -143,10 +146,31 @@ class ActionModule(ActionBase):
                 self._engine("restored", task_vars, restore_to="snapshot")
             state["on"] = on
 
+        progress = {"n": 0, "most": 2 * int(settings.get("max_blocks") or 0) * len(workloads)}
+
+        def measure(workload):
+            # one line per block as it runs, so a run of many minutes can be followed
+            progress["n"] += 1
+            started = time.monotonic()
+            out = self._bench(workload, bench, task_vars)
+            display.display(
+                "    %s: block %d of at most %d, %s the layer, %s: %.1f s%s"
+                % (
+                    a["layer"],
+                    progress["n"],
+                    progress["most"],
+                    "with" if state["on"] else "without",
+                    workload,
+                    time.monotonic() - started,
+                    " (void: %s)" % out["reason"] if out.get("void") else "",
+                )
+            )
+            return out
+
         trial = Trial(
             workloads,
             set_layer,
-            lambda w: self._bench(w, bench, task_vars),
+            measure,
             policy,
             settings,
             time.monotonic,

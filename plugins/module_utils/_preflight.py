@@ -594,7 +594,7 @@ def _check_other_writers(run, writers):
         skip_why="not looked for" if writers is None else None,
         pass_why="no other tool or drop-in rewrites what stacktune manages"
         if not findings
-        else "%d other writer(s), listed as info" % len(findings),
+        else "%d other writer(s): %s" % (len(findings), "; ".join(f["message"] for f in findings)),
     )
 
 

@@ -27,7 +27,11 @@ DROPIN_ORDER = (
         ("/etc/sysctl.d", "/run/sysctl.d", "/usr/local/lib/sysctl.d", "/usr/lib/sysctl.d"),
         "60-stacktune-",
         True,
-        re.compile(r"^\s*-?[a-z0-9_]+[./][A-Za-z0-9_./-]+\s*=", re.M),
+        # the sysctl families stacktune's layers set (kernel profiles, memory hugepages, network buffers)
+        re.compile(
+            r"^\s*-?(vm[./][\w./]+|kernel[./]numa_balancing|kernel[./]sched\w*|net[./]core[./][\w./]+|net[./]ipv4[./]tcp\w*)\s*=",
+            re.M,
+        ),
     ),
     ("grub.d", ("/etc/default/grub.d",), "60-stacktune-", True, re.compile(r"^\s*GRUB_CMDLINE_LINUX", re.M)),
     (

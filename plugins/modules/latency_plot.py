@@ -81,6 +81,7 @@ reason:
 
 import os
 import sys
+import textwrap
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -128,8 +129,8 @@ def main():
         ax.set_ylabel("share of steps slower")
         gate = rec.get("gate") or {}
         ax.set_title("%s: %s" % (rec.get("layer"), (rec.get("decision") or "").upper()), loc="left", fontsize=10)
-        reason = gate.get("reason") or ""
-        ax.text(0.01, 0.02, reason[:140], transform=ax.transAxes, fontsize=6, va="bottom")
+        reason = "\n".join(textwrap.wrap(gate.get("reason") or "", 120)[:6])
+        ax.text(0.01, 0.02, reason, transform=ax.transAxes, fontsize=6, va="bottom")
         ax.legend(fontsize=7, loc="upper right")
     fig.suptitle(module.params["title"])
     fig.tight_layout()

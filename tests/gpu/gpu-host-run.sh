@@ -12,7 +12,7 @@ RUN_DIR="${RUN_DIR:-/tmp/stacktune-gpu-run}"
 mkdir -p "$RUN_DIR"
 log="$RUN_DIR/gpu-host-run.log"
 exec > >(tee -a "$log") 2>&1
-steps="${*:-capture pytest facts bench tune acceptance}"  # also: safety gate-a gate-b calibrate
+steps="${*:-capture pytest facts bench tune acceptance}"  # also: safety gate-a gate-b calibrate nccl
 py="${PYTHON:-python3}"
 if [ -d .whl ] && ! "$py" -c 'import ansible' 2>/dev/null; then
   "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -124,6 +124,15 @@ PY
       echo "state hash after rollback: $(state_hash after)"
       [ -e "$RUN_DIR/state-before.txt" ] && diff "$RUN_DIR/state-before.txt" "$RUN_DIR/state-after.txt" \
         && echo "ROLLBACK EXACT: state after rollback == before the gate runs"
+      ;;
+    nccl)
+      # which transport NCCL picks between the GPUs, as is and with P2P (then SHM) switched off
+      mkdir -p "$RUN_DIR/nccl"
+      run env PYTHONPATH="collections:${PYTHONPATH:-}" "$py" tests/gpu/record_nccl.py "${TORCH_PYTHON:-/opt/torch/.venv/bin/python3}" \
+        "${HOST_TAG:-h200}" "$RUN_DIR/nccl"
+      # the module as a playbook task would run it
+      run "$py" -m ansible.cli.adhoc localhost -m stacktune.gpu.nccl_transport \
+        -a "python=${TORCH_PYTHON:-/opt/torch/.venv/bin/python3}"
       ;;
     calibrate)
       run ap playbooks/calibrate.yml -e '{"stacktune_calibrate_workloads": ["allreduce", "h2d_pinned"], "stacktune_calibrate_blocks": 8}'

@@ -53,7 +53,7 @@ def test_preflight_lists_writers_as_info_and_passes(fakeroot):
     result = run_preflight({"schema_version": 1, "gpus": [], "gpu_count": 0}, other_writers=writers)
     check = [c for c in result["checks"] if c["name"] == "other_writers"][0]
     assert check["status"] == "pass"
-    assert check["why"] == "1 other writer(s), listed as info"
+    assert check["why"].startswith("1 other writer(s): sysctl.d: 99-cloud.conf sorts after")
     finding = [f for f in result["findings"] if f["id"] == "other_writer_drop_ins"][0]
     assert finding["severity"] == "info"
     assert "99-cloud.conf" in finding["message"]

@@ -1,0 +1,253 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+name: stacktune
+type: stdout
+short_description: A tuning run you can follow - phases, changes, decisions and where the report is
+version_added: 0.3.0
+author: stacktune maintainers (@stacktune)
+description:
+  - "Prints, with a timestamp: each play, what the roles say (their C(debug) messages: the
+    plan per layer, the preflight checks, every gate decision with its reason), every task
+    that changed something, every failure with its message, and the measurement blocks as
+    the gate runs them. Tasks that were skipped or changed nothing are counted, not printed."
+  - "At the end: per host the counts, then the report files and the next commands that the
+    run published (C(set_stats) data C(stacktune_reports), C(stacktune_next))."
+  - Selected by the repository's C(ansible.cfg); C(ANSIBLE_STDOUT_CALLBACK=default) brings
+    back Ansible's default output. Works unchanged in AWX/AAP job output.
+  - With C(-v) or more, every task is printed as the default callback prints it.
+requirements:
+  - Set as the stdout callback (C(stdout_callback = stacktune.gpu.stacktune) in ansible.cfg).
+extends_documentation_fragment:
+  - default_callback
+"""
+
+import time
+
+from ansible.plugins.callback.default import CallbackModule as DefaultCallback
+
+
+def _get(result, name):
+    """The task, host or result dict of a task result (ansible-core 2.17 to 2.19 names)."""
+    value = getattr(type(result), name, None)
+    if value is not None:
+        return getattr(result, name)
+    return getattr(result, "_" + name)
+
+
+class CallbackModule(DefaultCallback):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "stdout"
+    CALLBACK_NAME = "stacktune.gpu.stacktune"
+
+    def __init__(self):
+        super().__init__()
+        self._quiet_counts = {"ok": 0, "skipped": 0}
+        self._started = time.time()
+
+    # ------------------------------------------------------------------ helpers
+    def _verbose(self):
+        return self._display.verbosity > 0
+
+    def _say(self, text, color=None, host=None):
+        stamp = time.strftime("%H:%M:%S")
+        prefix = "%s %s| " % (stamp, ("%s " % host) if host else "")
+        lines = str(text).splitlines() or [""]
+        self._display.display(prefix + lines[0], color=color)
+        for line in lines[1:]:
+            self._display.display(" " * len(prefix) + line, color=color)
+
+    @staticmethod
+    def _messages(res):
+        msg = res.get("msg")
+        if isinstance(msg, (list, tuple)):
+            return [str(m) for m in msg]
+        if msg is None:
+            return []
+        return [str(msg)]
+
+    # ------------------------------------------------------------------ plays and tasks
+    def v2_playbook_on_play_start(self, play):
+        if self._verbose():
+            super().v2_playbook_on_play_start(play)
+            return
+        name = play.get_name().strip()
+        self._play = play
+        self._say("PLAY %s" % name, color="bright blue")
+
+    def v2_playbook_on_task_start(self, task, is_conditional):
+        if self._verbose():
+            super().v2_playbook_on_task_start(task, is_conditional)
+            return
+        self._last_task_name = task.get_name().strip()
+
+    def v2_playbook_on_handler_task_start(self, task):
+        if self._verbose():
+            super().v2_playbook_on_handler_task_start(task)
+            return
+        self._last_task_name = task.get_name().strip()
+
+    def v2_runner_on_start(self, host, task):
+        if self._verbose():
+            super().v2_runner_on_start(host, task)
+            return
+
+    def v2_playbook_on_include(self, included_file):
+        if self._verbose():
+            super().v2_playbook_on_include(included_file)
+            return
+
+    def v2_playbook_on_no_hosts_matched(self):
+        self._say(
+            "no hosts matched: check the inventory (-i) and the host pattern; from a checkout, "
+            "run `make tune` or give -i inventories/local/hosts.yml",
+            color="bright red",
+        )
+
+    # ------------------------------------------------------------------ results
+    def _task_name(self, result):
+        task = _get(result, "task")
+        return task.get_name().strip() if task is not None else self._last_task_name
+
+    def _handle(self, result):
+        handler = getattr(self, "_handle_warnings_and_exception", None)
+        if handler is not None:
+            handler(result)
+        else:  # ansible-core 2.17/2.18
+            self._handle_warnings(_get(result, "result"))
+
+    def v2_runner_on_ok(self, result):
+        if self._verbose():
+            super().v2_runner_on_ok(result)
+            return
+        task = _get(result, "task")
+        res = _get(result, "result")
+        host = _get(result, "host").get_name()
+        self._handle(result)
+        if task.action in ("debug", "ansible.builtin.debug", "ansible.legacy.debug") and "msg" in res:
+            self._say(self._task_name(result), color="cyan", host=host)
+            for line in self._messages(res):
+                self._display.display("    " + line)
+            return
+        if res.get("changed") and not res.get("results"):
+            self._say("changed: %s" % self._task_name(result), color="yellow", host=host)
+            return
+        if res.get("results"):
+            changed = [r for r in res["results"] if isinstance(r, dict) and r.get("changed")]
+            if changed:
+                self._say(
+                    "changed: %s (%d of %d items)" % (self._task_name(result), len(changed), len(res["results"])),
+                    color="yellow",
+                    host=host,
+                )
+                return
+        self._quiet_counts["ok"] += 1
+
+    def v2_runner_on_skipped(self, result):
+        if self._verbose():
+            super().v2_runner_on_skipped(result)
+            return
+        self._quiet_counts["skipped"] += 1
+
+    def v2_runner_item_on_ok(self, result):
+        if self._verbose():
+            super().v2_runner_item_on_ok(result)
+            return
+
+    def v2_runner_item_on_skipped(self, result):
+        if self._verbose():
+            super().v2_runner_item_on_skipped(result)
+            return
+
+    def v2_runner_item_on_failed(self, result):
+        if self._verbose():
+            super().v2_runner_item_on_failed(result)
+            return
+        res = _get(result, "result")
+        host = _get(result, "host").get_name()
+        item = self._get_item_label(res)
+        self._say(
+            "FAILED: %s (item %s): %s" % (self._task_name(result), item, res.get("msg", "")), color="red", host=host
+        )
+
+    def v2_runner_on_failed(self, result, ignore_errors=False):
+        if self._verbose():
+            super().v2_runner_on_failed(result, ignore_errors)
+            return
+        res = _get(result, "result")
+        host = _get(result, "host").get_name()
+        self._handle(result)
+        label = "failed (ignored)" if ignore_errors else "FAILED"
+        msg = res.get("msg") or res.get("stderr") or res.get("module_stderr") or "see -v for details"
+        if res.get("results") and not res.get("msg"):
+            msg = "; ".join(str(r.get("msg")) for r in res["results"] if isinstance(r, dict) and r.get("failed"))
+        self._say("%s: %s\n%s" % (label, self._task_name(result), msg), color="red", host=host)
+
+    def v2_runner_on_unreachable(self, result):
+        if self._verbose():
+            super().v2_runner_on_unreachable(result)
+            return
+        res = _get(result, "result")
+        host = _get(result, "host").get_name()
+        self._say("UNREACHABLE: %s" % res.get("msg", ""), color="red", host=host)
+
+    def v2_runner_retry(self, result):
+        if self._verbose():
+            super().v2_runner_retry(result)
+            return
+        res = _get(result, "result")
+        host = _get(result, "host").get_name()
+        self._say(
+            "retrying %s (%s left)" % (self._task_name(result), res.get("retries", 0) - res.get("attempts", 0)),
+            host=host,
+        )
+
+    # ------------------------------------------------------------------ end of run
+    def v2_playbook_on_stats(self, stats):
+        self._display.display("")
+        elapsed = time.time() - self._started
+        self._say("RECAP (%d s)" % elapsed, color="bright blue")
+        for host in sorted(stats.processed.keys()):
+            s = stats.summarize(host)
+            color = "red" if s["failures"] or s["unreachable"] else ("yellow" if s["changed"] else "green")
+            # the line format of Ansible's own recap, which schedulers and tools parse
+            self._display.display(
+                "%-26s : ok=%-4d changed=%-4d unreachable=%-4d failed=%-4d skipped=%-4d rescued=%-4d ignored=%-4d"
+                % (
+                    host,
+                    s["ok"],
+                    s["changed"],
+                    s["unreachable"],
+                    s["failures"],
+                    s["skipped"],
+                    s["rescued"],
+                    s["ignored"],
+                ),
+                color=color,
+            )
+        custom = getattr(stats, "custom", {}) or {}
+        reports, nexts = [], []
+        for host, data in sorted(custom.items()):
+            if not isinstance(data, dict):
+                continue
+            for path in data.get("stacktune_reports") or []:
+                reports.append(("" if host == "_run" else host + ": ") + str(path))
+            for line in data.get("stacktune_next") or []:
+                if line not in nexts:
+                    nexts.append(str(line))
+        if reports:
+            self._display.display("  reports:")
+            for line in reports:
+                self._display.display("    " + line)
+        if nexts:
+            self._display.display("  next:")
+            for line in nexts:
+                self._display.display("    " + line)

@@ -1,0 +1,88 @@
+"""The stacktune stdout callback: what a person following a run sees (plugins/callback/stacktune.py).
+
+Real Ansible objects (Task, Host, CallbackTaskResult, AggregateStats) are fed to the
+callback; its output is read from the display.
+"""
+
+import re
+
+import pytest
+from ansible.executor.stats import AggregateStats
+from ansible.inventory.host import Host
+from ansible.playbook.task import Task
+from ansible.utils.display import Display
+
+from ansible_collections.stacktune.gpu.plugins.callback.stacktune import CallbackModule
+
+try:
+    from ansible.executor.task_result import CallbackTaskResult as Result
+except ImportError:  # ansible-core < 2.19
+    from ansible.executor.task_result import TaskResult as Result
+
+
+@pytest.fixture
+def callback(monkeypatch):
+    lines = []
+    monkeypatch.setattr(Display, "display", lambda self, msg, *a, **k: lines.append(msg))
+    cb = CallbackModule()
+    cb.set_options()
+    cb._display.verbosity = 0
+    cb.lines = lines
+    return cb
+
+
+def task(name, action):
+    t = Task()
+    t.name = name
+    t.action = action
+    return t
+
+
+def result(host, t, data):
+    try:
+        return Result(host, t, data, {})
+    except TypeError:
+        return Result(host, t, data)
+
+
+def test_quiet_tasks_are_counted_and_changes_messages_and_failures_are_printed(callback):
+    host = Host("gpu01")
+    quiet = task("Read the journal", "ansible.builtin.stat")
+    callback.v2_playbook_on_task_start(quiet, False)
+    callback.v2_runner_on_ok(result(host, quiet, {"changed": False}))
+    callback.v2_runner_on_skipped(result(host, quiet, {"skipped": True}))
+    assert callback.lines == []
+
+    applied = task("Apply kernel settings", "stacktune.gpu.host_settings")
+    callback.v2_runner_on_ok(result(host, applied, {"changed": True}))
+    said = task("Show the outcome per layer", "ansible.builtin.debug")
+    callback.v2_runner_on_ok(result(host, said, {"msg": ["kernel: kept (5 setting(s)) - keep: faster"]}))
+    broken = task("Run preflight", "stacktune.gpu.preflight")
+    callback.v2_runner_on_failed(result(host, broken, {"failed": True, "msg": "power budget over the PSU"}))
+
+    out = "\n".join(callback.lines)
+    assert re.search(r"^\d\d:\d\d:\d\d gpu01 \| changed: Apply kernel settings$", out, re.M)
+    assert "    kernel: kept (5 setting(s)) - keep: faster" in out
+    assert re.search(r"^\d\d:\d\d:\d\d gpu01 \| FAILED: Run preflight$", out, re.M)
+    assert "power budget over the PSU" in out
+    assert "Read the journal" not in out
+
+
+def test_the_recap_keeps_ansibles_line_format_and_names_reports_and_next_steps(callback):
+    stats = AggregateStats()
+    for what in ("ok", "ok", "changed"):
+        stats.increment(what, "gpu01")
+    stats.set_custom_stats("stacktune_reports", ["gpu01: reports/run1/gpu01.md (and .json, .png)"])
+    stats.update_custom_stats("stacktune_next", ["check what is applied: make verify"])
+    stats.update_custom_stats("stacktune_next", ["check what is applied: make verify"])
+    callback.v2_playbook_on_stats(stats)
+    out = "\n".join(callback.lines)
+    # the recap line other tools parse (molecule's idempotence check, schedulers)
+    assert re.search(r"^gpu01\s+: ok=2\s+changed=1\s+unreachable=0\s+failed=0\s+skipped=0", out, re.M)
+    assert "  reports:\n    gpu01: reports/run1/gpu01.md (and .json, .png)" in out
+    assert out.count("make verify") == 1
+
+
+def test_no_hosts_matched_says_what_to_do(callback):
+    callback.v2_playbook_on_no_hosts_matched()
+    assert "make tune" in callback.lines[0] and "-i inventories/local/hosts.yml" in callback.lines[0]
