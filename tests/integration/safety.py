@@ -449,6 +449,7 @@ class Driver(object):
             "tune", self.playbook("tune", TUNE, self.inventory("tune", ALL, host_vars), env=self.kill_env(KILLS))
         )
         check(self.recap_failed(tuned["out"], REF) == 0, "reference run failed:\n" + tuned["out"][-4000:])
+        self.check_output(predicted["out"], tuned["out"])
         self.check_fidelity(self.report(predicted, REF), self.report(tuned, REF))
         final = self.state_hash(REF)
         check(final != pre[REF], "the reference run changed nothing")
@@ -462,6 +463,29 @@ class Driver(object):
         check(self.recap_failed(tuned["out"], MEASURE_KILL) == 1, "measurement kill did not happen")
         check(self.journal(MEASURE_KILL, "kernel")["state"] == "applied", "kernel not left applied by the kill")
         return final
+
+    def check_output(self, predicted, real):
+        """What a person running tune.yml reads (the stacktune.gpu.stacktune callback of ansible.cfg)."""
+        plan = re.findall(r"^    (\w+): (\d+) to change \(", predicted, re.M)
+        check(plan, "check run printed no plan:\n" + predicted[-3000:])
+        for layer in LAYERS:
+            check(
+                re.search(r"^    %s: (would change \d+ setting|nothing to change)" % layer, predicted, re.M),
+                "check run does not say what %s would change:\n%s" % (layer, predicted[-3000:]),
+            )
+            check(
+                re.search(r"^    %s: (kept|ROLLED BACK|nothing to change)" % layer, real, re.M),
+                "tune run does not give the decision on %s:\n%s" % (layer, real[-3000:]),
+            )
+        for out, run in ((predicted, "check"), (real, "tune")):
+            check(
+                re.search(r"^  reports:\n(    .*\n)*    %s: \S+/%s/%s\.md" % (REF, run, REF), out, re.M),
+                "%s run does not name its report:\n%s" % (run, out[-2000:]),
+            )
+        print(
+            "output: the check run printed the plan (%d layers with changes) and what each layer would change; "
+            "the tune run gave every layer's decision; both named their report" % len(plan)
+        )
 
     def check_fidelity(self, predicted, real):
         layers, settings = 0, 0
