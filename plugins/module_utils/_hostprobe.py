@@ -6,10 +6,12 @@
 
 Three kinds of input feed the facts:
 
-* files: sysfs, procfs and /etc contents, directory listings and symlink targets, read
-  through a :class:`FileReader` that keeps what it saw (``recording``);
+* files: sysfs, procfs and /etc contents, directory listings, symlink targets and binary
+  files (PCI config space, kept as hex), read through a :class:`FileReader` that keeps
+  what it saw (``recording``);
 * nvml: raw NVML values per GPU as a plain JSON-able dict (:func:`collect_nvml`);
-* commands: the output of the few commands run (``ldconfig -p``, :func:`collect_commands`).
+* commands: the output of the few commands run (``ldconfig -p``; on NVSwitch systems the
+  fabric manager's unit state and version; :func:`collect_commands`).
 
 :func:`capture` runs all three against the live host and returns the raw dict
 ``{"files", "nvml", "commands", ...}``. ``_topology.assemble(raw)`` turns a raw dict into
@@ -21,13 +23,20 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import binascii
 import contextlib
+import ctypes
 import datetime
 import os
 import re
 import subprocess
 import sys
 
+from ansible_collections.stacktune.gpu.plugins.module_utils._pcie import (
+    CONFIG_MAX_BYTES,
+    FABRIC_MANAGER_UNIT,
+    fabric_expected,
+)
 from ansible_collections.stacktune.gpu.plugins.module_utils._topology import (
     RAW_FORMAT_VERSION,
     ReplayReader,
@@ -59,7 +68,8 @@ class FileReader:
     Every method returns None when the path is missing or unreadable (sysfs attributes
     may fail with EINVAL or EIO, e.g. a NIC's speed while its link is down) and never
     raises. With ``record=True`` each answer is kept in ``recording`` under the
-    absolute path asked for, in the format :class:`ReplayReader` reads back.
+    absolute path asked for, in the format :class:`ReplayReader` reads back; binary
+    reads go to ``recording["bytes"]`` as hex strings (the key appears with the first).
     """
 
     def __init__(self, root="/", record=True):
@@ -86,6 +96,23 @@ class FileReader:
         except (IOError, OSError, ValueError):
             text = None
         return self._keep("files", path, text)
+
+    def read_bytes(self, path, max_bytes=CONFIG_MAX_BYTES):
+        """Bytes of a binary file (e.g. PCI config space), or None.
+
+        Fewer bytes than the file holds may come back: sysfs gives a process without
+        CAP_SYS_ADMIN only the first 64 bytes of a PCI device's config space.
+        """
+        try:
+            with open(self._host_path(path), "rb") as handle:
+                data = handle.read(max_bytes)
+        except (IOError, OSError, ValueError):
+            data = None
+        if self.record:
+            self.recording.setdefault("bytes", {})[path] = (
+                binascii.hexlify(data).decode("ascii") if data is not None else None
+            )
+        return data
 
     def listdir(self, path):
         """Sorted entry names of a directory, or None."""
@@ -157,7 +184,7 @@ def _pair(value):
     return [int(value[0]), int(value[1])]
 
 
-def _device_raw(nvml, index, handle):
+def _device_raw(nvml, index, handle, fabric=False):
     errors = {}
     dev = {"index": index, "errors": errors}
 
@@ -234,7 +261,46 @@ def _device_raw(nvml, index, handle):
     dev["memory_used_bytes"] = int(meminfo.used) if meminfo is not None else None
 
     dev["nvlink"] = _nvlink_raw(nvml, handle, errors)
+    if fabric:
+        dev["fabric"] = _fabric_raw(nvml, handle)
     return dev
+
+
+# pynvml entry points for the GPU fabric state, newest first, with the struct each fills.
+FABRIC_APIS = (
+    ("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfoV_t"),
+    ("nvmlDeviceGetGpuFabricInfo", "c_nvmlGpuFabricInfo_t"),
+)
+
+
+def _fabric_raw(nvml, handle):
+    """NVSwitch fabric state of one GPU as NVML reports it; unsupported when pynvml or the GPU lacks it."""
+    out = {"api": None, "supported": False, "error": None}
+    for api, struct_name in FABRIC_APIS:
+        func, struct = getattr(nvml, api, None), getattr(nvml, struct_name, None)
+        if func is None or struct is None:
+            continue
+        out["api"] = api
+        info = struct()
+        try:
+            func(handle, ctypes.byref(info))
+        except Exception as exc:  # noqa: BLE001 - NVMLError_NotSupported on GPUs outside a fabric, and the like
+            out["error"] = _error_text(exc)
+            return out
+        health = getattr(info, "healthMask", None)
+        out.update(
+            {
+                "supported": True,
+                "state": int(info.state),
+                "status": int(info.status),
+                "clique_id": int(info.cliqueId),
+                "cluster_uuid": binascii.hexlify(bytearray(info.clusterUuid)).decode("ascii"),
+                "health_mask": int(health) if health is not None else None,
+            }
+        )
+        return out
+    out["error"] = "nvmlDeviceGetGpuFabricInfo not available in this pynvml"
+    return out
 
 
 def _nvlink_raw(nvml, handle, errors):
@@ -279,13 +345,14 @@ def _distribution_version(name):
         return None
 
 
-def collect_nvml(nvml=None):
+def collect_nvml(nvml=None, fabric=False):
     """Raw NVML values for every GPU, as plain JSON-able data.
 
     ``nvml`` is the pynvml module (imported here when not given). Never raises: when
     pynvml is missing or NVML cannot start, ``available`` is false and ``error`` says
     why; a single failing query leaves None for that value and its error under the
-    device's ``errors``.
+    device's ``errors``. With ``fabric=True`` each device also carries ``fabric``, its
+    NVSwitch fabric state (:func:`_fabric_raw`).
     """
     out = {
         "available": False,
@@ -329,7 +396,7 @@ def collect_nvml(nvml=None):
             if handle is None:
                 continue
             handles.append(handle)
-            out["devices"].append(_device_raw(nvml, index, handle))
+            out["devices"].append(_device_raw(nvml, index, handle, fabric=fabric))
         out["topology"] = _topology_raw(nvml, handles, errors)
     finally:
         with contextlib.suppress(Exception):  # shutting down is best effort
@@ -375,29 +442,63 @@ def default_runner(argv):
     return proc.returncode, _text(out), _text(err)
 
 
-def collect_commands(run=None, libraries=True, ldconfig=None):
+def _command(run, argv, missing, keep=None):
+    """One command's recorded result; ``argv[0]`` None records ``missing`` instead of running."""
+    entry = {"argv": None, "rc": None, "stdout": None, "stderr": None}
+    if argv[0] is None:
+        entry["stderr"] = missing
+        return entry
+    entry["argv"] = list(argv)
+    rc, out, err = run(entry["argv"])
+    entry["rc"] = rc
+    lines = (out or "").splitlines()
+    entry["stdout"] = "".join(line + "\n" for line in lines if keep is None or keep.search(line))
+    entry["stderr"] = (err or "").strip()[:2000] or None
+    return entry
+
+
+def collect_commands(run=None, libraries=True, ldconfig=None, fabric=False):
     """Output of the commands the facts need, as recorded data.
 
     ``run(argv) -> (rc, stdout, stderr)`` runs one command (``module.run_command`` in the
-    module, :func:`default_runner` elsewhere). Only ``ldconfig -p`` is run, once per host,
-    and only its lines about the reported libraries are kept.
+    module, :func:`default_runner` elsewhere). With ``libraries``, ``ldconfig -p`` runs
+    once and only its lines about the reported libraries are kept. With ``fabric`` (an
+    NVSwitch system), the fabric manager's systemd unit state and its version
+    (``nv-fabricmanager --version``, or the installed package when the binary is
+    missing) are read.
     """
     commands = {}
-    if not libraries:
-        return commands
     run = run or default_runner
-    ldconfig = ldconfig or _which("ldconfig")
-    entry = {"argv": None, "rc": None, "stdout": None, "stderr": None, "filter": LDCONFIG_KEEP.pattern}
-    if ldconfig is None:
-        entry["stderr"] = "ldconfig not found"
-    else:
-        entry["argv"] = [ldconfig, "-p"]
-        rc, out, err = run(entry["argv"])
-        entry["rc"] = rc
-        entry["stdout"] = "".join(line + "\n" for line in (out or "").splitlines() if LDCONFIG_KEEP.search(line))
-        entry["stderr"] = (err or "").strip()[:2000] or None
-    commands["ldconfig_p"] = entry
+    if libraries:
+        ldconfig = ldconfig or _which("ldconfig")
+        entry = _command(run, [ldconfig, "-p"], "ldconfig not found", keep=LDCONFIG_KEEP)
+        entry["filter"] = LDCONFIG_KEEP.pattern
+        commands["ldconfig_p"] = entry
+    if fabric:
+        commands["fabricmanager_unit"] = _command(
+            run,
+            [_which("systemctl"), "show", "--property=LoadState,ActiveState,SubState", FABRIC_MANAGER_UNIT],
+            "systemctl not found",
+        )
+        binary = _which("nv-fabricmanager")
+        commands["fabricmanager_version"] = _command(run, [binary, "--version"], "nv-fabricmanager not found")
+        if binary is None:
+            dpkg, rpm = _which("dpkg-query"), _which("rpm")
+            if dpkg:
+                argv = [dpkg, "-W", "-f", "${db:Status-Status} ${Version}\n", "nvidia-fabricmanager*"]
+            else:
+                argv = [rpm, "-qa", "--queryformat", "installed %{VERSION}\n", "nvidia-fabric*manager*"]
+            commands["fabricmanager_package"] = _command(run, argv, "no dpkg-query or rpm")
     return commands
+
+
+def collect_topo_matrix(run=None, nvidia_smi=None):
+    """``nvidia-smi topo -m`` as a recorded command, to compare NVIDIA's path classes with the facts'.
+
+    Not part of :func:`capture` (the facts do not read it); ``tests/gpu/capture_topology.py``
+    adds it to the recordings it writes.
+    """
+    return _command(run or default_runner, [nvidia_smi or _which("nvidia-smi"), "topo", "-m"], "nvidia-smi not found")
 
 
 def utc_now():
@@ -410,15 +511,18 @@ def capture(nics=True, libraries=True, run=None, nvml=None, root="/", collected_
 
     ``_topology.assemble(raw)`` gives the facts; it reads nothing but ``raw``.
     """
+    reader = FileReader(root=root, record=True)
+    nvml_raw = collect_nvml(nvml, fabric=True)
     raw = {
         "format": RAW_FORMAT_VERSION,
         "collected_at": collected_at or utc_now(),
         "options": {"nics": bool(nics), "libraries": bool(libraries)},
         "python": {"prefix": sys.prefix, "executable": sys.executable, "version": sys.version.split()[0]},
-        "nvml": collect_nvml(nvml),
-        "commands": collect_commands(run, libraries=libraries),
+        "nvml": nvml_raw,
+        # The fabric manager matters only where NVSwitches are: on the PCI bus, or at the
+        # far end of the GPUs' NVLinks.
+        "commands": collect_commands(run, libraries=libraries, fabric=fabric_expected(reader, nvml_raw)),
     }
-    reader = FileReader(root=root, record=True)
     # Walk the host exactly as the facts builder does; the reader keeps every answer.
     build_facts(reader, raw)
     raw["files"] = reader.recording

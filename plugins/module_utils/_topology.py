@@ -5,7 +5,7 @@
 """GPU topology facts: parsers, the facts builder, findings and a plain-text table.
 
 Nothing here touches the host. :func:`build_facts` walks sysfs/procfs through a reader
-object (``read``, ``listdir``, ``readlink``, ``realpath``) and combines what it reads with
+object (``read``, ``read_bytes``, ``listdir``, ``readlink``, ``realpath``) and combines what it reads with
 the raw NVML values and command outputs of a raw dict. The live reader
 (``_hostprobe.FileReader``) records every answer; :class:`ReplayReader` answers from such
 a recording, so ``assemble(raw)`` rebuilds the same facts offline.
@@ -15,11 +15,16 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import binascii
 import posixpath
 import re
 
+from ansible_collections.stacktune.gpu.plugins.module_utils import _pcie
+
 SCHEMA_VERSION = 1
-RAW_FORMAT_VERSION = 1
+# 2: config space bytes, peer-memory modules, RDMA ports, NVML fabric state and the
+# fabric manager commands are recorded; format 1 recordings replay with those "not recorded".
+RAW_FORMAT_VERSION = 2
 
 SEVERITIES = ("info", "warning", "critical")
 
@@ -70,11 +75,12 @@ CPUINFO_MAX_BYTES = 16 * 1024
 
 
 class ReplayReader:
-    """Answer ``read``/``listdir``/``readlink``/``realpath`` from a recording.
+    """Answer ``read``/``read_bytes``/``listdir``/``readlink``/``realpath`` from a recording.
 
     The recording is the ``recording`` of a ``_hostprobe.FileReader``: ``{"files": {path:
-    text|None}, "dirs": {path: [names]|None}, "links": {...}, "realpaths": {...}}``.
-    A path that was never recorded reads as missing (None).
+    text|None}, "dirs": {path: [names]|None}, "links": {...}, "realpaths": {...}}``, and
+    ``"bytes": {path: hex|None}`` for binary reads. A path that was never recorded reads
+    as missing (None).
     """
 
     def __init__(self, recording):
@@ -83,9 +89,17 @@ class ReplayReader:
         self.dirs = recording.get("dirs") or {}
         self.links = recording.get("links") or {}
         self.realpaths = recording.get("realpaths") or {}
+        self.bytes = recording.get("bytes") or {}
 
     def read(self, path, max_bytes=None):
         return self.files.get(path)
+
+    def read_bytes(self, path, max_bytes=None):
+        text = self.bytes.get(path)
+        if text is None:
+            return None
+        data = binascii.unhexlify(text)
+        return data[:max_bytes] if max_bytes is not None else data
 
     def listdir(self, path):
         names = self.dirs.get(path)
@@ -731,17 +745,23 @@ def build_facts(fs, raw):
     host = _host(fs)
     gpus = [_gpu(fs, dev, host["numa_nodes"]) for dev in devices]
     nvidia_pci = _nvidia_pci_gpus(fs) if not gpus else []
+    driver = _driver(fs, nvml)
+    nics = _nics(fs) if options.get("nics", True) else []
+    paths = _pcie.build(fs, raw, host, driver, gpus, nics)
     facts = {
         "schema_version": SCHEMA_VERSION,
         "collected_at": raw.get("collected_at"),
         "reason": _reason(nvml, gpus, nvidia_pci),
         "gpu_count": len(gpus),
         "host": host,
-        "driver": _driver(fs, nvml),
+        "driver": driver,
         "libraries": _libraries(fs, raw),
         "gpus": gpus,
-        "topology": {"p2p_levels": _p2p_levels(nvml, devices, gpus)},
-        "nics": _nics(fs) if options.get("nics", True) else [],
+        "topology": {"p2p_levels": _p2p_levels(nvml, devices, gpus), "pcie_levels": paths["pcie_levels"]},
+        "nics": nics,
+        "pcie_paths": paths["pcie_paths"],
+        "gpudirect": paths["gpudirect"],
+        "fabric": paths["fabric"],
     }
     facts["findings"] = derive_findings(facts, nvml_available=bool(nvml.get("available")), nvidia_pci=nvidia_pci)
     return facts
@@ -938,8 +958,10 @@ def derive_findings(facts, nvml_available=True, nvidia_pci=None):
     for gpu in gpus:
         findings.extend(_gpu_findings(gpu, multi_numa))
     gpu_nodes = {g.get("numa_node") for g in gpus if g.get("numa_node") is not None}
+    misplaced = set()
     for nic in facts.get("nics") or []:
         if nic.get("rdma_device") and gpu_nodes and nic.get("numa_node") not in gpu_nodes | {None}:
+            misplaced.update((nic.get("name"), nic.get("rdma_device")))
             findings.append(
                 _finding(
                     "nic_numa_mismatch",
@@ -950,6 +972,7 @@ def derive_findings(facts, nvml_available=True, nvidia_pci=None):
                     {"nic_numa_node": nic["numa_node"], "gpu_numa_nodes": sorted(gpu_nodes)},
                 )
             )
+    findings.extend(_pcie.derive_findings(facts, covered_nics=misplaced))
     rank = {name: i for i, name in enumerate(SEVERITIES)}
     findings.sort(key=lambda f: -rank[f["severity"]])
     return findings
@@ -1095,6 +1118,7 @@ def render_table(facts):
             for n in nics
         ]
         lines.extend(_columns(["nic", "kind", "pci", "NUMA", "driver", "speed", "state", "rdma"], rows))
+    lines.extend(_pcie.render_lines(facts, _columns))
     lines.append("")
     findings = facts.get("findings") or []
     if findings:

@@ -24,9 +24,16 @@ description:
     driver as seen by NVML and by the kernel module, the CUDA driver version, the CUDA
     runtime, cuDNN and NCCL libraries found on the host, and the network interfaces with
     their NUMA node and RDMA device.
+  - Per GPU and NIC it reads the PCIe path (host bridge, bridge chain, ACS from config
+    space) and classes every GPU-NIC pair as C(nvidia-smi topo -m) does (PIX, PXB, PHB,
+    NODE, SYS), then says for each GPU-RDMA NIC pair whether GPUDirect RDMA is possible
+    and why not (path too long for NCCL's default, ACS redirection on the path, no
+    nvidia_peermem and no DMA-BUF route, NIC port not active). On NVSwitch systems it
+    reports the fabric manager's state and version and each GPU's fabric state.
   - Derives C(findings) from those facts, for example a PCIe link below its maximum, NVML
     and kernel module driver versions that differ, uncorrected ECC errors, hardware
-    throttling or an ASPM power-saving policy.
+    throttling, an ASPM power-saving policy, ACS redirection on a GPU-NIC path, a GPU
+    without a near RDMA NIC, or a fabric manager whose version differs from the driver.
   - A host without NVML or without an NVIDIA GPU gets C(gpus=[]), C(gpu_count=0) and a
     C(reason); the module does not fail there. A single NVML query that the GPU does not
     support leaves that value null.
@@ -77,6 +84,12 @@ notes:
     of the GPU's local CPUs.
   - An idle GPU lowers its PCIe link speed to save power; a speed-only drop on an idle GPU
     is reported as C(info), a lane-count drop or a drop under load as C(warning).
+  - ACS is read from PCI config space, of which sysfs gives a process without root only the
+    first 64 bytes; run the module with become to read it, otherwise ACS is reported as
+    unreadable and the GPUDirect verdicts that depend on it stay undetermined.
+  - On NVSwitch systems the module runs C(systemctl show nvidia-fabricmanager.service) and
+    C(nv-fabricmanager --version) (or queries the fabricmanager package when the binary is
+    missing); elsewhere it runs no command but C(ldconfig -p).
 seealso:
   - name: NVML API reference
     description: The NVIDIA Management Library queries behind the GPU facts.
@@ -155,12 +168,45 @@ ansible_facts:
           elements: dict
         topology:
           description: C(p2p_levels), the GPU-to-GPU matrix as C(nvidia-smi topo -m) names it (X, NV#, PIX, PXB,
-            PHB, NODE, SYS).
+            PHB, NODE, SYS), and C(pcie_levels), the same matrix from the PCIe paths in sysfs alone (null where a
+            path is unknown).
           type: dict
         nics:
           description: Network interfaces except loopback.
           type: list
           elements: dict
+        pcie_paths:
+          description: One entry per GPU and per NIC on PCI (address, role, names, sysfs_path, host_bridge,
+            numa_node, bridges). C(bridges) lists the bridges above the device, root port first, each with its
+            C(acs) (config readability, present, capability and control registers, supported, enabled and
+            redirect bits, text); C(acs) is null on bridges that only lead to a NIC without RDMA.
+          type: list
+          elements: dict
+          sample: [{"address": "0000:02:00.0", "role": "gpu", "names": ["gpu0"], "host_bridge": "pci0000:00",
+                    "numa_node": 0, "sysfs_path": "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0",
+                    "bridges": [{"address": "0000:00:01.0", "acs": {"present": true, "redirect": []}},
+                                {"address": "0000:01:00.0", "acs": {"present": false, "redirect": []}}]}]
+        gpudirect:
+          description:
+            - GPUDirect RDMA readiness. C(applies) is false with a single C(statement) when the host has no RDMA
+              NIC (or no GPU); otherwise C(statement) counts the pairs where it is possible.
+            - C(pairs) has one entry per GPU and NIC with C(path) (PIX, PXB, PHB, NODE, SYS or null),
+              C(nccl_path) (NCCL's name, PHB for NODE), C(common_switch), C(path_bridges), and for RDMA NICs a
+              C(verdict) (possible, not_possible, unknown) with C(reasons), C(unknown), C(notes) and a C(text);
+              NICs without RDMA get C(not_applicable).
+            - C(nearest_nic) gives each GPU's nearest RDMA NIC(s) (any NIC when there is no RDMA NIC);
+              C(peer_memory) whether nvidia_peermem is loaded and whether the DMA-BUF route is ready (kernel, open
+              kernel module flavour, driver branch); C(rdma_ports) the state and rate of each RDMA port;
+              C(iommu_mode) the IOMMU mode.
+          type: dict
+          sample: {"applies": false, "statement": "no RDMA NIC on this host (/sys/class/infiniband lists none), so
+            GPUDirect RDMA does not apply", "pairs": [], "nearest_nic": [], "rdma_nics": []}
+        fabric:
+          description: NVSwitch fabric. C(nvswitch) (NVSwitches on the PCI bus or GPUs NVLinked to one; null when
+            unknown), C(nvswitch_pci), C(gpus_on_nvswitch), C(fabric_manager) (systemd unit state, version and
+            where it was read, driver version, C(agree)) and C(gpus) (NVML fabric state, status, clique id,
+            cluster UUID and health mask per GPU).
+          type: dict
         findings:
           description: Problems derived from the facts, most severe first.
           type: list
@@ -192,7 +238,8 @@ def main():
     )
 
     def run(argv):
-        return module.run_command(argv, check_rc=False, environ_update={"LC_ALL": "C"})
+        # argv goes to the program as given: package query formats carry ${...} and %{...}.
+        return module.run_command(argv, check_rc=False, environ_update={"LC_ALL": "C"}, expand_user_and_vars=False)
 
     try:
         raw = capture(nics=module.params["nics"], libraries=module.params["libraries"], run=run)

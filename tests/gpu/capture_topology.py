@@ -13,6 +13,12 @@ library and, for GPU facts, pynvml (nvidia-ml-py). Run from the repository root:
 
 ``--compact`` drops Python package directory entries that do not name a library the
 facts report, after checking that the facts replay unchanged without them.
+
+The recording also carries ``commands.nvidia_smi_topo``, the output of
+``nvidia-smi topo -m`` where nvidia-smi exists, so the unit tests can hold the facts' path
+classes against NVIDIA's for the same layout; the facts themselves do not read it. Run it
+as root (sudo) to record full PCI config space; without root the ACS registers are not
+readable.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -23,7 +29,7 @@ import json
 import os
 import sys
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._hostprobe import capture
+from ansible_collections.stacktune.gpu.plugins.module_utils._hostprobe import capture, collect_topo_matrix
 from ansible_collections.stacktune.gpu.plugins.module_utils._topology import (
     LIBRARY_DISTRIBUTIONS,
     assemble,
@@ -51,6 +57,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     raw = capture(nics=not args.no_nics, libraries=not args.no_libraries)
+    raw["commands"]["nvidia_smi_topo"] = collect_topo_matrix()
     facts = assemble(raw)
     if args.compact:
         small = compact(raw)
@@ -64,6 +71,8 @@ def main(argv=None):
     with open(args.output, "w") as handle:
         json.dump(raw, handle, indent=1, sort_keys=True)
         handle.write("\n")
+    if os.geteuid() != 0:
+        sys.stderr.write("not root: PCI config space (ACS) is recorded truncated\n")
     if not args.quiet:
         sys.stderr.write(render_table(facts))
     sys.stderr.write("wrote %s (%d GPU(s))\n" % (args.output, facts["gpu_count"]))

@@ -12,11 +12,17 @@ from __future__ import absolute_import, division, print_function
 
 import json
 import os
+import shutil
+import subprocess
 import time
 
 import pytest
 
 from ansible_collections.stacktune.gpu.plugins.module_utils._hostprobe import capture
+from ansible_collections.stacktune.gpu.plugins.module_utils._pcie import (
+    compare_with_nvidia_smi,
+    parse_nvidia_smi_topo,
+)
 from ansible_collections.stacktune.gpu.plugins.module_utils._topology import assemble, render_table
 
 pytestmark = pytest.mark.gpu
@@ -120,3 +126,48 @@ def test_recording_replays_offline_and_is_fast(recorded):
     assert assemble(json.loads(json.dumps(raw))) == facts
     assert render_table(facts).count("\n") > len(facts["gpus"])
     assert elapsed < 5.0, "collecting the facts took %.2f s" % elapsed
+
+
+def test_path_classes_agree_with_nvidia_smi_topo(recorded):
+    """GPU-GPU and GPU-NIC classes of the facts are the ones `nvidia-smi topo -m` prints on this host."""
+    _raw, facts, _elapsed = recorded
+    nvidia_smi = shutil.which("nvidia-smi")
+    if nvidia_smi is None:
+        pytest.skip("nvidia-smi is not on PATH")
+    proc = subprocess.run(
+        [nvidia_smi, "topo", "-m"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=dict(os.environ, LC_ALL="C"),
+    )
+    assert proc.returncode == 0, proc.stderr
+    matrix = parse_nvidia_smi_topo(proc.stdout)
+    n = facts["gpu_count"]
+    assert all(("GPU%d" % i, "GPU%d" % i) in matrix for i in range(n)), proc.stdout
+    for row in facts["topology"]["pcie_levels"]:
+        assert None not in row, "a GPU's PCIe path is unknown: %s" % facts["pcie_paths"]
+    assert compare_with_nvidia_smi(facts, matrix) == [], proc.stdout
+    for name in facts["gpudirect"]["rdma_nics"]:
+        assert ("GPU0", name) in matrix, "nvidia-smi does not list RDMA NIC %s:\n%s" % (name, proc.stdout)
+
+
+def test_gpudirect_facts_are_complete(recorded):
+    _raw, facts, _elapsed = recorded
+    gpudirect = facts["gpudirect"]
+    assert gpudirect["statement"]
+    for entry in facts["pcie_paths"]:
+        if entry["role"] == "gpu":
+            assert entry["host_bridge"], entry
+    if gpudirect["rdma_nics"]:
+        assert gpudirect["applies"] is True
+        for pair in gpudirect["pairs"]:
+            if pair["rdma_devices"]:
+                assert pair["path"] in ("PIX", "PXB", "PHB", "NODE", "SYS"), pair
+                assert pair["verdict"] in ("possible", "not_possible", "unknown"), pair
+    else:
+        assert gpudirect["applies"] is False
+        assert "no RDMA NIC" in gpudirect["statement"]
+    if facts["fabric"]["nvswitch"]:
+        assert [g["recorded"] for g in facts["fabric"]["gpus"]] == [True] * facts["gpu_count"]

@@ -63,6 +63,9 @@ TOP_KEYS = {
     "gpus",
     "topology",
     "nics",
+    "pcie_paths",
+    "gpudirect",
+    "fabric",
     "findings",
 }
 HOST_KEYS = {
@@ -143,6 +146,34 @@ NIC_KEYS = {
     "rdma_device",
 }
 FINDING_KEYS = {"id", "severity", "subject", "message", "evidence"}
+PCIE_PATH_KEYS = {"address", "role", "names", "sysfs_path", "host_bridge", "numa_node", "bridges"}
+GPUDIRECT_KEYS = {
+    "applies",
+    "statement",
+    "rdma_nics",
+    "rdma_ports",
+    "peer_memory",
+    "iommu_mode",
+    "pairs",
+    "nearest_nic",
+}
+PAIR_KEYS = {
+    "gpu",
+    "gpu_address",
+    "nic",
+    "nic_address",
+    "rdma_devices",
+    "netdevs",
+    "path",
+    "nccl_path",
+    "common_switch",
+    "path_bridges",
+    "verdict",
+    "reasons",
+    "unknown",
+    "notes",
+    "text",
+}
 
 
 def assert_schema(facts):
@@ -175,6 +206,14 @@ def assert_schema(facts):
     assert all(len(row) == n and row[i] == "X" for i, row in enumerate(matrix))
     for nic in facts["nics"]:
         assert set(nic) == NIC_KEYS
+    assert len(matrix) == len(facts["topology"]["pcie_levels"])
+    for entry in facts["pcie_paths"]:
+        assert set(entry) == PCIE_PATH_KEYS
+    assert set(facts["gpudirect"]) == GPUDIRECT_KEYS
+    for pair in facts["gpudirect"]["pairs"]:
+        assert set(pair) == PAIR_KEYS
+        assert pair["verdict"] in ("possible", "not_possible", "unknown", "not_applicable")
+    assert set(facts["fabric"]) == {"nvswitch", "nvswitch_pci", "gpus_on_nvswitch", "fabric_manager", "gpus"}
     for finding in facts["findings"]:
         assert set(finding) == FINDING_KEYS
         assert finding["severity"] in topo.SEVERITIES
@@ -847,6 +886,10 @@ def test_two_h200_over_nvswitch_recording():
         assert [link["active"] for link in gpu["nvlink"]["links"]] == [True] * 18
         assert (gpu["pcie"]["gen_current"], gpu["pcie"]["width_current"]) == (5, 16)
     assert facts["findings"] == []
+    # No RDMA NIC in that VM: one statement, no per-pair verdicts.
+    assert facts["gpudirect"]["applies"] is False
+    assert facts["gpudirect"]["statement"].startswith("no RDMA NIC on this host")
+    assert facts["fabric"]["gpus_on_nvswitch"] == [0, 1]
     table = topo.render_table(facts)
     assert "p2p   gpu0  gpu1\n" in table
     assert "gpu0  X     NV18\ngpu1  NV18  X\n" in table

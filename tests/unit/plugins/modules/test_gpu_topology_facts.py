@@ -45,12 +45,16 @@ def test_default_run_returns_facts_without_raw(capsys):
     if facts["gpu_count"] == 0:
         assert facts["reason"]
         assert facts["findings"][0]["id"] == "nvml_unavailable"
+    assert isinstance(facts["pcie_paths"], list)
+    assert facts["gpudirect"]["statement"]
+    assert set(facts["fabric"]) == {"nvswitch", "nvswitch_pci", "gpus_on_nvswitch", "fabric_manager", "gpus"}
 
 
 def test_include_raw_replays_to_the_returned_facts(capsys):
     result = run_module(capsys, {"include_raw": True})
     raw = result["raw"]
     assert set(raw) >= {"files", "nvml", "commands", "options", "collected_at"}
+    assert raw["format"] == topo.RAW_FORMAT_VERSION
     assert raw["options"] == {"nics": True, "libraries": True}
     assert topo.assemble(raw) == result["ansible_facts"]["stacktune"]
     ldconfig = raw["commands"]["ldconfig_p"]
@@ -64,7 +68,10 @@ def test_nics_and_libraries_can_be_skipped(capsys):
     facts = result["ansible_facts"]["stacktune"]
     assert facts["nics"] == []
     assert facts["libraries"]["cuda_runtime"] is None
-    assert result["raw"]["commands"] == {}
+    # Only the fabric manager may be asked, and only on an NVSwitch host.
+    assert set(result["raw"]["commands"]) <= {"fabricmanager_unit", "fabricmanager_version", "fabricmanager_package"}
+    assert facts["gpudirect"]["applies"] is None
+    assert facts["gpudirect"]["pairs"] == []
 
 
 def test_check_mode_gathers_the_same_facts(capsys):
