@@ -956,3 +956,23 @@ def test_recorded_hosts_agree_with_nvidia_smi(path):
     raw = load("topology", os.path.basename(path))
     matrix = pcie.parse_nvidia_smi_topo(raw["commands"]["nvidia_smi_topo"]["stdout"])
     assert pcie.compare_with_nvidia_smi(topo.assemble(raw), matrix) == []
+
+
+def test_recorded_h200_format2_as_root():
+    """h200_format2.json: recorded as root on the one-H200 host on 2026-12-01 (tests/gpu/gpu-host-run.sh capture)."""
+    facts = topo.assemble(load("topology", "h200_format2.json"))
+    gpu = facts["pcie_paths"][0]
+    # the VM puts the GPU straight on the root bus: no bridge, so no ACS to read on its path
+    assert (gpu["address"], gpu["host_bridge"], gpu["bridges"]) == ("0000:00:06.0", "pci0000:00", [])
+    peer = facts["gpudirect"]["peer_memory"]
+    assert (peer["recorded"], peer["nvidia_peermem"], peer["kernel_module_flavor"], peer["dma_buf"]) == (
+        True,
+        False,
+        "open",
+        True,
+    )
+    assert facts["gpudirect"]["statement"] == pcie.NO_RDMA_STATEMENT
+    fabric = facts["fabric"]
+    assert fabric["nvswitch"] is False
+    assert [(g["index"], g["state"]) for g in fabric["gpus"]] == [(0, "not_supported")]
+    assert not [f for f in facts["findings"] if f["severity"] != "info"]
