@@ -2,7 +2,8 @@
 # Copyright: stacktune contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The fleet version report filter: most common value per field and outlier hosts, per group.
+"""The fleet report filter: most common value per field and outlier hosts per group, and the
+hosts whose acceptance measurements fall behind others of the same GPU model.
 
 Documentation lives next to this file in fleet_report.yml.
 """
@@ -28,7 +29,18 @@ def _plain(value):
     return value
 
 
-def fleet_report(data, groups=None, driver_packages=None, fields=None, output="data", title="Fleet report"):
+def fleet_report(
+    data,
+    groups=None,
+    driver_packages=None,
+    fields=None,
+    output="data",
+    title="Fleet report",
+    acceptance=None,
+    acceptance_min_hosts=None,
+    acceptance_z=None,
+    acceptance_min_deviation=None,
+):
     """Fleet report of host -> stacktune facts: a dict, or Markdown with output='markdown'."""
     if output not in OUTPUTS:
         raise AnsibleFilterError("fleet_report: output must be one of %s, got %r" % (", ".join(OUTPUTS), output))
@@ -41,12 +53,17 @@ def fleet_report(data, groups=None, driver_packages=None, fields=None, output="d
         raise AnsibleFilterError("fleet_report: groups must be a dict of group -> hosts (Ansible's groups)")
     if driver_packages is not None and not hasattr(driver_packages, "items"):
         raise AnsibleFilterError("fleet_report: driver_packages must be a dict of host -> package versions")
+    if acceptance is not None and not hasattr(acceptance, "items"):
+        raise AnsibleFilterError("fleet_report: acceptance must be a dict of host -> acceptance record")
+    rule = {"min_hosts": acceptance_min_hosts, "z": acceptance_z, "min_deviation": acceptance_min_deviation}
     try:
         report = build_report(
             _plain(data),
             groups=_plain(groups) if groups is not None else None,
             driver_packages=_plain(driver_packages) if driver_packages is not None else None,
             fields=list(fields) if fields else None,
+            acceptance=_plain(acceptance) if acceptance is not None else None,
+            acceptance_rule=rule,
         )
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError("fleet_report: %s" % exc) from None

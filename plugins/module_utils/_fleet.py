@@ -8,12 +8,20 @@ Input is the facts of many hosts as :mod:`_topology` builds them (``ansible_fact
 optionally with each host's installed driver package versions (the driver role's result).
 Per inventory group, and for all hosts together, every field (kernel, driver package /
 module / NVML, CUDA, cuDNN, NCCL, BIOS, CPU microcode, GPU VBIOS, GPU count, PCIe state ...)
-gets its most common value and the hosts that differ from it. Nothing here touches a host.
+gets its most common value and the hosts that differ from it. With the hosts' latest
+acceptance records, the measured bandwidths, latencies and clocks are compared per GPU
+model with a robust rule (median and MAD), naming the hosts that are slower than their
+peers. Nothing here touches a host.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
+
+import json
+import math
+
+from ansible_collections.stacktune.gpu.plugins.module_utils._acceptance import FLEET_METRICS
 
 SCHEMA_VERSION = 1
 
@@ -225,13 +233,15 @@ def summarize_group(rows, hosts, fields):
     return {"hosts": list(hosts), "fields": summary, "outlier_hosts": outlier_hosts}
 
 
-def fleet_report(host_facts, groups=None, driver_packages=None, fields=None):
+def fleet_report(host_facts, groups=None, driver_packages=None, fields=None, acceptance=None, acceptance_rule=None):
     """The fleet report as a dict.
 
     ``host_facts``: host -> stacktune facts (or an ansible_facts / hostvars entry holding
     them; None for a host whose facts are missing). ``groups``: inventory group -> hosts
     (Ansible's ``groups``). ``driver_packages``: host -> installed driver package versions
     (a list or a string). ``fields``: the fields to compare (default: all of FIELDS).
+    ``acceptance``: host -> latest acceptance record (None: not compared);
+    ``acceptance_rule``: min_hosts, z, min_deviation for :func:`acceptance_report`.
     """
     if not isinstance(host_facts, dict):
         raise TypeError("fleet_report expects a dict of host -> stacktune facts, got %s" % type(host_facts).__name__)
@@ -254,7 +264,7 @@ def fleet_report(host_facts, groups=None, driver_packages=None, fields=None):
         report_groups[name] = summarize_group(rows, members, fields)
     for host in hosts:
         rows[host]["groups"] = sorted(n for n, g in report_groups.items() if n != "all" and host in g["hosts"])
-    return {
+    report = {
         "schema_version": SCHEMA_VERSION,
         "fields": fields,
         "host_count": len(hosts),
@@ -263,6 +273,9 @@ def fleet_report(host_facts, groups=None, driver_packages=None, fields=None):
         "groups": report_groups,
         "outlier_hosts": sorted(report_groups["all"]["outlier_hosts"]) if hosts else [],
     }
+    if acceptance is not None:
+        report["acceptance"] = acceptance_report(acceptance, **(acceptance_rule or {}))
+    return report
 
 
 # --------------------------------------------------------------------------- Markdown
@@ -342,4 +355,198 @@ def render_markdown(report, title="Fleet report", generated_at=None):
             for host, links in degraded:
                 lines.append("- %s: %s" % (host, ", ".join(link for link in links if "(max" in link)))
             lines.append("")
+    if report.get("acceptance"):
+        lines += render_acceptance_markdown(report["acceptance"])
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- acceptance measurements
+#
+# Each host's latest acceptance record (the journal's acceptance.json, as the acceptance
+# role writes it) holds one number per metric for the whole host (its worst GPU or pair).
+# Hosts are grouped by GPU model; within a group, a host is an outlier for a metric when
+# it is worse than the group's median by at least ``min_deviation`` (relative) AND by at
+# least ``z`` robust z-units, where one unit is the median absolute deviation scaled by
+# 1.4826 (the standard deviation, for normally distributed values). The relative floor
+# keeps identical hosts with a tiny spread from naming each other; the z floor keeps a
+# noisy metric from naming its normal spread. Groups smaller than ``min_hosts`` are not
+# judged: they say "cannot compare: N hosts".
+
+MAD_SCALE = 1.4826
+ACCEPTANCE_DEFAULTS = {"min_hosts": 5, "z": 3.5, "min_deviation": 0.1}
+
+
+def _num(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def median(values):
+    values = sorted(values)
+    n = len(values)
+    if not n:
+        return None
+    mid = n // 2
+    return float(values[mid]) if n % 2 else (values[mid - 1] + values[mid]) / 2.0
+
+
+def check_acceptance_rule(min_hosts=None, z=None, min_deviation=None):
+    """The outlier rule with defaults filled in; ValueError naming the bad setting."""
+    rule = dict(ACCEPTANCE_DEFAULTS)
+    if min_hosts is not None:
+        if isinstance(min_hosts, bool) or not isinstance(min_hosts, int) or min_hosts < 3:
+            raise ValueError(
+                "acceptance_min_hosts (fleet_report_acceptance_min_hosts) must be a whole number >= 3, got %r"
+                % (min_hosts,)
+            )
+        rule["min_hosts"] = min_hosts
+    if z is not None:
+        if _num(z) is None or z <= 0:
+            raise ValueError("acceptance_z (fleet_report_acceptance_z) must be a number above 0, got %r" % (z,))
+        rule["z"] = float(z)
+    if min_deviation is not None:
+        if _num(min_deviation) is None or not 0 <= min_deviation < 1:
+            raise ValueError(
+                "acceptance_min_deviation (fleet_report_acceptance_min_deviation) must be from 0 to below 1, got %r"
+                % (min_deviation,)
+            )
+        rule["min_deviation"] = float(min_deviation)
+    return rule
+
+
+def robust_outliers(values, better="higher", min_hosts=5, z=3.5, min_deviation=0.1):
+    """Outliers of one metric over hosts of one group.
+
+    ``values``: host -> number. Returns {status, hosts, median, mad, outliers}; status is
+    "compared" or "cannot_compare" (fewer than ``min_hosts`` hosts with a value, then
+    ``message`` says "cannot compare: N hosts"). Each outlier: value, deviation (relative
+    to the median, negative when lower), z (None when the MAD is 0: every other host
+    agrees exactly).
+    """
+    values = {h: _num(v) for h, v in values.items() if _num(v) is not None}
+    n = len(values)
+    out = {"status": "compared", "hosts": n, "median": None, "mad": None, "outliers": {}}
+    if n < min_hosts:
+        out["status"] = "cannot_compare"
+        out["message"] = "cannot compare: %d host%s" % (n, "" if n == 1 else "s")
+        return out
+    med = median(values.values())
+    mad = median([abs(v - med) for v in values.values()]) * MAD_SCALE
+    out["median"] = round(med, 4)
+    out["mad"] = round(mad, 4)
+    for host in sorted(values):
+        value = values[host]
+        worse = (med - value) if better == "higher" else (value - med)
+        if worse <= 0 or med == 0:
+            continue
+        relative = worse / abs(med)
+        score = worse / mad if mad > 0 else None
+        if relative >= min_deviation and (score is None or score >= z):
+            out["outliers"][host] = {
+                "value": value,
+                "deviation": round((value - med) / abs(med), 4),
+                "z": round(score, 2) if score is not None else None,
+            }
+    return out
+
+
+def _record_of(entry):
+    """The acceptance record from a journal record, a slurped file's text, or None."""
+    if isinstance(entry, str):
+        try:
+            entry = json.loads(entry)
+        except ValueError:
+            return None
+    return entry if isinstance(entry, dict) and isinstance(entry.get("metrics"), dict) else None
+
+
+def acceptance_report(records, min_hosts=None, z=None, min_deviation=None):
+    """Compare the hosts' latest acceptance measurements per GPU model.
+
+    ``records``: host -> acceptance record (or its JSON text; None when the host has none).
+    Returns {rule, hosts (host -> gpu_name, verdict, time, level), missing (hosts without a
+    record), groups (GPU model -> hosts, metrics (metric -> robust_outliers result, with
+    better and label), outlier_hosts (host -> metrics)), outlier_hosts (host -> list of
+    "model: metric")}.
+    """
+    if not isinstance(records, dict):
+        raise TypeError("acceptance records must be a dict of host -> record, got %s" % type(records).__name__)
+    rule = check_acceptance_rule(min_hosts, z, min_deviation)
+    hosts, missing, by_model = {}, [], {}
+    for host in sorted(records):
+        record = _record_of(records[host])
+        if record is None:
+            missing.append(host)
+            continue
+        model = record.get("gpu_name") or "unknown"
+        hosts[host] = {
+            "gpu_name": model,
+            "verdict": record.get("verdict"),
+            "time": record.get("time"),
+            "level": record.get("level"),
+            "metrics": record["metrics"],
+        }
+        by_model.setdefault(model, []).append(host)
+    groups = {}
+    flagged = {}
+    for model, members in sorted(by_model.items()):
+        metrics = {}
+        outlier_hosts = {}
+        for name, better, label in FLEET_METRICS:
+            values = {h: hosts[h]["metrics"].get(name) for h in members}
+            if not any(_num(v) is not None for v in values.values()):
+                continue
+            result = robust_outliers(values, better, rule["min_hosts"], rule["z"], rule["min_deviation"])
+            result.update({"better": better, "label": label})
+            metrics[name] = result
+            for host in result["outliers"]:
+                outlier_hosts.setdefault(host, []).append(name)
+                flagged.setdefault(host, []).append("%s: %s" % (model, name))
+        groups[model] = {"hosts": members, "metrics": metrics, "outlier_hosts": outlier_hosts}
+    return {"rule": rule, "hosts": hosts, "missing": missing, "groups": groups, "outlier_hosts": flagged}
+
+
+def _fmt_num(value):
+    if value is None:
+        return "-"
+    return ("%.3f" % value).rstrip("0").rstrip(".") if abs(value) < 1000 else "%.0f" % value
+
+
+def render_acceptance_markdown(acc):
+    """The acceptance comparison as Markdown lines (one table per GPU model)."""
+    rule = acc["rule"]
+    lines = [
+        "## Acceptance measurements",
+        "",
+        "Per GPU model; an outlier is worse than the median by at least %d%% and %.1f robust z (MAD x %.4f); "
+        "groups under %d hosts are not compared."
+        % (round(rule["min_deviation"] * 100), rule["z"], MAD_SCALE, rule["min_hosts"]),
+        "",
+    ]
+    if acc["missing"]:
+        lines += ["No acceptance record for: %s." % ", ".join(acc["missing"]), ""]
+    if not acc["groups"]:
+        lines += ["No acceptance measurements.", ""]
+    for model, group in sorted(acc["groups"].items()):
+        lines += ["### %s (%d host(s))" % (_cell(model), len(group["hosts"])), ""]
+        lines += ["| metric | hosts | median | MAD x 1.4826 | outliers |", "| --- | --- | --- | --- | --- |"]
+        for result in group["metrics"].values():
+            if result["status"] == "cannot_compare":
+                lines.append("| %s | %d | - | - | %s |" % (result["label"], result["hosts"], result["message"]))
+                continue
+            outliers = (
+                ", ".join(
+                    "%s: %s (%+.1f%%%s)"
+                    % (h, _fmt_num(o["value"]), o["deviation"] * 100, ", z %.1f" % o["z"] if o["z"] is not None else "")
+                    for h, o in sorted(result["outliers"].items())
+                )
+                or "none"
+            )
+            lines.append(
+                "| %s | %d | %s | %s | %s |"
+                % (result["label"], result["hosts"], _fmt_num(result["median"]), _fmt_num(result["mad"]), outliers)
+            )
+        lines.append("")
+    return lines

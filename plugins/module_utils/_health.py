@@ -189,3 +189,284 @@ def worst_severity(severities):
         if worst is None or SEVERITY_RANK[s] > SEVERITY_RANK[worst]:
             worst = s
     return worst
+
+
+# --------------------------------------------------------------------------- NVML memory and link health
+#
+# Findings are dicts {severity, check, message, evidence}; severity is "info" (recorded,
+# never counted against the node), "warn" or "reject". An absent or unreadable counter is
+# "not measured", never a failure; NOT_SUPPORTED (retired pages on GPUs that remap rows
+# instead, NVLink on a GPU without links) is recorded as such.
+
+NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")
+
+
+def _finding(severity, check, message, evidence=None):
+    return {"severity": severity, "check": check, "message": message, "evidence": evidence or {}}
+
+
+def _count(value):
+    """A non-negative whole number, else None (bools, None, errors and negatives are not counts)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def evaluate_memory_health(snapshot, max_uncorrectable_rows):
+    """Findings from one GPU's memory-health snapshot (row remapping and page retirement).
+
+    ``snapshot``: ``{"remapped_rows": {correctable, uncorrectable, pending, failure} |
+    {"not_supported": true} | {"error": text}, "retired_pages": {single_bit, double_bit,
+    pending} | {"not_supported": true}}``; either part may be missing.
+
+    A failed row remapping rejects (the GPU has run out of spare rows for a bank); more
+    uncorrectable remapped rows than ``max_uncorrectable_rows`` reject; a pending remap or
+    a pending page retirement warns: the GPU must be reset before the remap takes effect.
+    """
+    findings = []
+    snapshot = snapshot if isinstance(snapshot, dict) else {}
+    rows = snapshot.get("remapped_rows")
+    if not isinstance(rows, dict):
+        findings.append(_finding("info", "remapped_rows", "row remapping not measured"))
+    elif rows.get("not_supported"):
+        findings.append(_finding("info", "remapped_rows", "row remapping not supported by this GPU"))
+    elif rows.get("error"):
+        findings.append(_finding("info", "remapped_rows", "row remapping not readable: %s" % rows["error"]))
+    else:
+        evidence = {k: rows.get(k) for k in ("correctable", "uncorrectable", "pending", "failure")}
+        if rows.get("failure") is True:
+            findings.append(
+                _finding(
+                    "reject",
+                    "remap_failure",
+                    "a row remapping failed: the memory has no spare row left where it needed one",
+                    evidence,
+                )
+            )
+        if rows.get("pending") is True:
+            findings.append(
+                _finding("warn", "remap_pending", "row remapping pending: reset the GPU before use", evidence)
+            )
+        unc = _count(rows.get("uncorrectable"))
+        if unc is not None and unc > max_uncorrectable_rows:
+            findings.append(
+                _finding(
+                    "reject",
+                    "remapped_rows_uncorrectable",
+                    "%d rows remapped after uncorrectable errors (more than %d allowed)"
+                    % (unc, max_uncorrectable_rows),
+                    dict(evidence, allowed=max_uncorrectable_rows),
+                )
+            )
+    pages = snapshot.get("retired_pages")
+    if not isinstance(pages, dict):
+        findings.append(_finding("info", "retired_pages", "page retirement not measured"))
+    elif pages.get("not_supported"):
+        findings.append(_finding("info", "retired_pages", "page retirement not supported (the GPU remaps rows)"))
+    elif pages.get("pending") is True:
+        findings.append(
+            _finding(
+                "warn",
+                "retired_pages_pending",
+                "page retirement pending: reset the GPU before use",
+                {k: pages.get(k) for k in ("single_bit", "double_bit", "pending")},
+            )
+        )
+    return findings
+
+
+def _growth(before, after):
+    """after - before for two counts; None when either is unknown or the counter was reset."""
+    b, a = _count(before), _count(after)
+    if b is None or a is None or a < b:
+        return None
+    return a - b
+
+
+def counter_growth(before, after):
+    """Growth of the link error counters between two snapshots of one GPU.
+
+    Returns ``{"nvlink": {link: {counter: delta}}, "pcie_replay": delta}`` with only the
+    counters that grew; counters missing from either snapshot, or lower in the second (a
+    driver reload resets them), are left out.
+    """
+    before = before if isinstance(before, dict) else {}
+    after = after if isinstance(after, dict) else {}
+    grown = {"nvlink": {}, "pcie_replay": None}
+    links_before = before.get("nvlink_errors") if isinstance(before.get("nvlink_errors"), dict) else {}
+    links_after = after.get("nvlink_errors") if isinstance(after.get("nvlink_errors"), dict) else {}
+    for link in sorted(links_after, key=str):
+        b = links_before.get(link) if isinstance(links_before.get(link), dict) else {}
+        a = links_after[link] if isinstance(links_after[link], dict) else {}
+        for counter in NVLINK_COUNTERS:
+            delta = _growth(b.get(counter), a.get(counter))
+            if delta:
+                grown["nvlink"].setdefault(str(link), {})[counter] = delta
+    delta = _growth(before.get("pcie_replay"), after.get("pcie_replay"))
+    if delta:
+        grown["pcie_replay"] = delta
+    return grown
+
+
+def evaluate_link_errors(before, after, previous=None):
+    """Findings for growing NVLink error counters and PCIe replays.
+
+    ``before``/``after``: snapshots of one GPU taken before and after the acceptance load.
+    ``previous``: the ``after`` snapshot the last acceptance of the same GPU recorded (None
+    when unknown). Growth under the load warns; growth since the last acceptance warns
+    too. Replays and recoveries are retried transfers: the link works but is marginal.
+    """
+    findings = []
+    for label, old, new, check_suffix in (
+        ("during the acceptance load", before, after, "growing"),
+        ("since the last acceptance", previous, before, "grew_since_last"),
+    ):
+        if not isinstance(old, dict) or not isinstance(new, dict):
+            continue
+        grown = counter_growth(old, new)
+        for link, counters in sorted(grown["nvlink"].items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0):
+            findings.append(
+                _finding(
+                    "warn",
+                    "nvlink_errors_%s" % check_suffix,
+                    "NVLink %s error counters grew %s: %s"
+                    % (link, label, ", ".join("%s +%d" % (c, d) for c, d in sorted(counters.items()))),
+                    {"link": link, "growth": counters},
+                )
+            )
+        if grown["pcie_replay"]:
+            findings.append(
+                _finding(
+                    "warn",
+                    "pcie_replay_%s" % check_suffix,
+                    "PCIe replay counter grew by %s %s" % (grown["pcie_replay"], label),
+                    {"growth": grown["pcie_replay"], "before": old.get("pcie_replay"), "after": new.get("pcie_replay")},
+                )
+            )
+    if isinstance(after, dict) and after.get("pcie_replay") is None and after.get("pcie_replay_not_supported"):
+        findings.append(_finding("info", "pcie_replay", "PCIe replay counter not supported"))
+    return findings
+
+
+# Reasons under which a lower clock is the GPU doing what it was built to do: it holds its
+# power limit or its temperature target.
+BY_DESIGN_REASONS = ("sw_power_cap", "sw_thermal")
+
+
+def _median(values):
+    values = sorted(values)
+    n = len(values)
+    if not n:
+        return None
+    mid = n // 2
+    return float(values[mid]) if n % 2 else (values[mid - 1] + values[mid]) / 2.0
+
+
+def evaluate_clock_samples(samples, max_sm_mhz, min_fraction, max_low_share):
+    """Judge SM clock samples taken under sustained load.
+
+    ``samples``: ``[{"sm_mhz": int, "reasons": [throttle reason names], "power_w": float}]``.
+    Samples with ``gpu_idle`` active are not under load and are skipped. A loaded sample
+    is low when its clock is below ``min_fraction`` of ``max_sm_mhz``. Each low sample is
+    explained by its reasons: a critical one (hardware slowdown, hardware thermal, power
+    brake) is a fault; a power cap or the thermal target is by design; anything else
+    (no reason, an application clock or a locked clock, a board limit) is unexplained.
+
+    Returns ``(summary, findings)``. When more than ``max_low_share`` of the loaded
+    samples are low for a critical reason, or unexplained, the GPU is rejected, naming the
+    reasons that were active; low by the thermal target alone warns (check the cooling).
+    """
+    summary = {"samples": 0, "loaded": 0, "max_sm_mhz": max_sm_mhz}
+    if not samples or not max_sm_mhz:
+        return None, [_finding("info", "clocks", "SM clocks under load not measured")]
+    loaded = []
+    for s in samples:
+        if not isinstance(s, dict) or not isinstance(s.get("sm_mhz"), (int, float)):
+            continue
+        names = [classify_throttle_reason(r)[0] for r in s.get("reasons") or []]
+        if "gpu_idle" in names:
+            continue
+        loaded.append((float(s["sm_mhz"]), names, s.get("power_w")))
+    summary["samples"] = len(samples)
+    summary["loaded"] = len(loaded)
+    if not loaded:
+        return summary, [_finding("info", "clocks", "no SM clock sample under load")]
+    buckets = {"critical": [], "by_design": [], "thermal": [], "unexplained": []}
+    reasons_seen = {}
+    for mhz, names, _power in loaded:
+        for n in names:
+            reasons_seen[n] = reasons_seen.get(n, 0) + 1
+        if mhz >= min_fraction * max_sm_mhz:
+            continue
+        critical = [n for n in names if classify_throttle_reason(n)[1] == "critical"]
+        if critical:
+            buckets["critical"].append(critical)
+        elif "sw_power_cap" in names:
+            buckets["by_design"].append(names)
+        elif "sw_thermal" in names:
+            buckets["thermal"].append(names)
+        else:
+            buckets["unexplained"].append(names)
+    clocks = [mhz for mhz, _n, _p in loaded]
+    powers = [p for _m, _n, p in loaded if isinstance(p, (int, float))]
+    med = _median(clocks)
+    summary.update(
+        {
+            "median_sm_mhz": med,
+            "min_sm_mhz": min(clocks),
+            "median_fraction": round(med / max_sm_mhz, 4),
+            "median_power_w": _median(powers) if powers else None,
+            "low_share": {k: round(len(v) / float(len(loaded)), 4) for k, v in buckets.items()},
+            "reasons_seen": reasons_seen,
+        }
+    )
+    findings = []
+
+    def active(bucket):
+        seen = {}
+        for names in bucket:
+            for n in names:
+                seen[n] = seen.get(n, 0) + 1
+        return sorted(seen, key=lambda n: (-seen[n], n))
+
+    evidence = {"min_fraction": min_fraction, "max_low_share": max_low_share, "max_sm_mhz": max_sm_mhz}
+    share = summary["low_share"]
+    if share["critical"] > max_low_share:
+        reasons = active(buckets["critical"])
+        findings.append(
+            _finding(
+                "reject",
+                "clock_throttled_hw",
+                "SM clock below %d%% of %d MHz in %d%% of the samples under load, held by %s"
+                % (round(min_fraction * 100), max_sm_mhz, round(share["critical"] * 100), ", ".join(reasons)),
+                dict(evidence, share=share["critical"], reasons=reasons, median_sm_mhz=med),
+            )
+        )
+    if share["unexplained"] > max_low_share:
+        reasons = active(buckets["unexplained"])
+        findings.append(
+            _finding(
+                "reject",
+                "clock_low",
+                "SM clock below %d%% of %d MHz in %d%% of the samples under load without a power or thermal cap"
+                " (active reasons: %s)"
+                % (
+                    round(min_fraction * 100),
+                    max_sm_mhz,
+                    round(share["unexplained"] * 100),
+                    ", ".join(reasons) if reasons else "none",
+                ),
+                dict(evidence, share=share["unexplained"], reasons=reasons, median_sm_mhz=med),
+            )
+        )
+    if share["thermal"] > max_low_share:
+        findings.append(
+            _finding(
+                "warn",
+                "clock_thermal",
+                "SM clock held below %d%% of %d MHz by the temperature target in %d%% of the samples: check the cooling"
+                % (round(min_fraction * 100), max_sm_mhz, round(share["thermal"] * 100)),
+                dict(evidence, share=share["thermal"], median_sm_mhz=med),
+            )
+        )
+    return summary, findings

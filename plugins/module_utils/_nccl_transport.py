@@ -227,4 +227,3 @@ def check(python, max_ranks=8, env=None, timeout=300):
     if ran["rc"] != 0 or ran["timed_out"]:
         judged["output_tail"] = ran["output"][-4000:]
     return judged
-

@@ -24,6 +24,23 @@ description:
   - The node is rejected when any result differs between rounds (bit for bit), between
     GPUs of the same model, when a collective result is wrong or a rank returns nothing,
     when a round is missing, or when anything fails.
+  - At levels C(standard) and C(burn_in) it also measures, per GPU, pinned host-to-device and
+    device-to-host copies from the GPU's local NUMA node and from a remote one (the allocating
+    thread bound to the node's CPUs), peer-to-peer bandwidth and small-copy latency for every GPU
+    pair, and on-device memory bandwidth. Each bandwidth is reported as a fraction of what carries
+    it (PCIe generation x width, NVLink version x links, the GPU model's memory bandwidth) and
+    judged against O(thresholds).
+  - Every level reads the NVML memory and link health counters before and after the load,
+    remapped rows, retired pages, NVLink error counters and the PCIe replay counter. A failed row
+    remapping or too many uncorrectable remapped rows reject; pending remaps or retirements warn
+    (reset the GPU before use); growing replay or error counters warn. Counters a GPU does not
+    support are recorded as not supported.
+  - At level C(burn_in) the SM clock, power and throttle reasons are sampled through NVML during the
+    GEMM; a GPU whose clock stays below C(clock_min_fraction) of its maximum without a power or
+    thermal cap, or under a hardware slowdown, is rejected with the reason that was active.
+  - The verdict is C(pass), C(warn) or C(reject) (exit code 0, 1, 2). With O(journal_dir) the
+    result is written to C(<journal_dir>/acceptance.json) (mode 0600) and with O(metrics_path) as
+    C(stacktune_acceptance_*) Prometheus metrics.
   - A host without a GPU, without PyTorch or without CUDA fails with C(no GPU to accept),
     never a pass.
 options:
@@ -78,16 +95,54 @@ options:
         decide in the play (the acceptance role does).
     type: bool
     default: true
+  thresholds:
+    description:
+      - Fractions of the limit below which a measurement warns or rejects, and the health
+        limits. Keys (defaults) C(pcie_warn_below) (0.75), C(pcie_reject_below) (0.5),
+        C(pcie_remote_warn_below) (0.5), C(pcie_remote_reject_below) (0, off),
+        C(p2p_warn_below) (0.6), C(p2p_reject_below) (0.35), C(memory_warn_below) (0.7),
+        C(memory_reject_below) (0.5), C(clock_min_fraction) (0.85), C(clock_max_low_share) (0.2),
+        C(max_uncorrectable_remapped_rows) (8). Keys not given keep their defaults.
+      - Each key is the acceptance role's variable C(acceptance_<key>); errors name that variable.
+    type: dict
+    default: {}
+  memory_bandwidth_gbps:
+    description:
+      - Peak memory bandwidth (GB/s) of GPU models the built-in table lacks, keyed by a part of
+        the GPU name (case-insensitive), checked before the built-in table.
+    type: dict
+    default: {}
+  journal_dir:
+    description:
+      - Directory of the on-host journal. When set, the result is written to
+        C(acceptance.json) there (mode 0600, under the journal lock) with a short history, and
+        counters are compared with the previous record. Unset, nothing is written.
+    type: path
+  metrics_path:
+    description:
+      - Prometheus textfile for node_exporter's textfile collector with the
+        C(stacktune_acceptance_*) series. Unset, nothing is written.
+    type: path
+  validate_only:
+    description:
+      - Check the options (levels, rounds, thresholds, memory table) and return without touching
+        the GPUs. The acceptance role runs this on the controller before it contacts a host.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
-    description: The program changes nothing on the host; check mode runs it the same way.
+    description:
+      - The program changes nothing on the host; check mode runs it the same way but writes
+        neither the journal record nor the metrics file.
   diff_mode:
-    support: none
-    description: Nothing is changed, so there is no diff.
-  idempotent:
     support: full
-    description: Never reports changed.
+    description: The verdict before (from the journal record) and after.
+  idempotent:
+    support: partial
+    description:
+      - Reports changed when the node's verdict differs from the one in its journal record (or
+        there was none). Every run rewrites the record with its own measurements.
   platform:
     support: full
     platforms: [posix]
@@ -113,11 +168,15 @@ EXAMPLES = r"""
     fail_on_reject: false
   register: proof
 
-- name: Burn in GPUs 0-3 for ten minutes
+- name: Burn in GPUs 0-3 for ten minutes, record the verdict and export it to Prometheus
   stacktune.gpu.gpu_acceptance:
     level: burn_in
     gpus: [0, 1, 2, 3]
     burn_in_seconds: 600
+    journal_dir: /var/lib/stacktune
+    metrics_path: /var/lib/node_exporter/textfile_collector/stacktune_acceptance.prom
+    thresholds:
+      pcie_warn_below: 0.8
 """
 
 RETURN = r"""
@@ -148,9 +207,56 @@ collective:
   returned: success or rejection
   type: dict
 burn_in:
-  description: At level burn_in, per GPU iterations, checks, mismatches and a summary of per-iteration GEMM ms.
+  description:
+    - At level burn_in, per GPU iterations, checks, mismatches, a summary of per-iteration GEMM ms,
+      max_sm_mhz, power_limit_w and the number of clock samples.
   returned: level burn_in
   type: dict
+verdict:
+  description: pass, warn or reject.
+  returned: success or rejection
+  type: str
+exit_code:
+  description: 0 for pass, 1 for warn, 2 for reject.
+  returned: success or rejection
+  type: int
+warnings:
+  description: Problems that do not reject the node, in the shape of RV(rejections).
+  returned: success or rejection
+  type: list
+  elements: dict
+notes:
+  description: What was not measured or not supported, and why.
+  returned: success or rejection
+  type: list
+  elements: str
+measurements:
+  description:
+    - C(gpus) (per GPU h2d_local, d2h_local, h2d_remote, d2h_remote and memory, each with gbps,
+      limit_gbps, limit, fraction and status), C(pairs) (per GPU pair gbps, latency_us, limit,
+      fraction, status, peer_access), C(remote_numa), C(health) (NVML counters per GPU uuid) and
+      C(clocks) (per GPU the clock summary under burn-in).
+  returned: success or rejection
+  type: dict
+devices:
+  description: Per GPU the PCI bus id, NUMA node, PCIe generation and width, NVLink links, max SM clock, power limit.
+  returned: success or rejection
+  type: list
+  elements: dict
+record:
+  description:
+    - The journal record written (or, in check mode, that would be written) when O(journal_dir)
+      or O(metrics_path) is set.
+  returned: when journal_dir or metrics_path is set
+  type: dict
+journal_path:
+  description: The record file written, null when none was.
+  returned: success or rejection
+  type: str
+metrics_path:
+  description: The metrics file written, null when none was.
+  returned: success or rejection
+  type: str
 versions:
   description: torch, CUDA, cuDNN and NCCL versions the program saw.
   returned: success or rejection
@@ -171,10 +277,66 @@ python:
 
 import os
 import sys
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.stacktune.gpu.plugins.module_utils import _acceptance
+from ansible_collections.stacktune.gpu.plugins.module_utils._journal import LockTimeout
+
+
+def _not_run(message, tail=None, rc=None):
+    """The decision for a node where nothing could be tested: a rejection, never a pass."""
+    return {
+        "accepted": False,
+        "verdict": "reject",
+        "exit_code": _acceptance.VERDICT_EXIT_CODES["reject"],
+        "rejections": [
+            {
+                "check": "not_run",
+                "subject": "host",
+                "round": None,
+                "message": message,
+                "evidence": {"stderr_tail": tail or "", "rc": rc},
+            }
+        ],
+        "warnings": [],
+        "notes": [],
+        "measurements": {},
+        "summary": message,
+    }
+
+
+def _record(module, decision, report, level, previous):
+    """Write the journal record and the metrics textfile; return what was (or would be) done."""
+    p = module.params
+    out = {"record": None, "journal_path": None, "metrics_path": None, "changed": False, "diff": None}
+    if not p["journal_dir"] and not p["metrics_path"]:
+        return out
+    record = _acceptance.build_record(decision, report, level, time.time(), previous)
+    out["record"] = record
+    before = (previous or {}).get("verdict")
+    out["changed"] = before != record["verdict"]
+    out["diff"] = {
+        "before": "verdict: %s\n" % before if before else "",
+        "after": "verdict: %s\n" % record["verdict"],
+    }
+    if module.check_mode:
+        return out
+    if p["journal_dir"]:
+        path = os.path.join(p["journal_dir"], _acceptance.RECORD_FILE)
+        try:
+            _acceptance.write_record(p["journal_dir"], record)
+        except (IOError, OSError, LockTimeout) as exc:
+            module.fail_json(msg="Failed to write the acceptance record %s: %s" % (path, exc), **decision)
+        out["journal_path"] = path
+    if p["metrics_path"]:
+        try:
+            _acceptance.write_metrics(p["metrics_path"], _acceptance.render_metrics(record))
+        except (IOError, OSError) as exc:
+            module.fail_json(msg="Failed to write the metrics file %s: %s" % (p["metrics_path"], exc), **decision)
+        out["metrics_path"] = p["metrics_path"]
+    return out
 
 
 def main():
@@ -189,12 +351,17 @@ def main():
             timeout=dict(type="int"),
             environment=dict(type="dict", default={}),
             fail_on_reject=dict(type="bool", default=True),
+            thresholds=dict(type="dict", default={}),
+            memory_bandwidth_gbps=dict(type="dict", default={}),
+            journal_dir=dict(type="path"),
+            metrics_path=dict(type="path"),
+            validate_only=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
     p = module.params
     python = p["python"] or sys.executable
-    base = dict(changed=False, level=p["level"], python=python)
+    base = dict(level=p["level"], python=python)
     try:
         config = _acceptance.build_config(
             level=p["level"],
@@ -203,36 +370,67 @@ def main():
             perturb_round=p["perturb_round"],
             burn_in_seconds=p["burn_in_seconds"],
         )
+        thresholds = _acceptance.validate_thresholds(p["thresholds"])
+        memory_table = _acceptance.validate_memory_table(p["memory_bandwidth_gbps"])
     except ValueError as e:
         module.fail_json(msg="Failed to validate acceptance options: %s" % e, rounds=p["rounds"], **base)
     base["rounds"] = config["rounds"]
-    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
-        module.fail_json(msg="no GPU to accept: interpreter %s is not an executable file" % python, **base)
-
     timeout = p["timeout"]
     if timeout is None:
         timeout = 900 + (config["burn_in_seconds"] if config["burn_in"] else 0)
     if timeout <= 0:
         module.fail_json(msg="Failed to validate acceptance options: timeout must be positive", **base)
+    if p["validate_only"]:
+        module.exit_json(changed=False, thresholds=thresholds, **base)
+
+    previous = _acceptance.read_record(p["journal_dir"]) if p["journal_dir"] else None
+    previous_health = (previous or {}).get("health")
+
+    def fail_not_run(message, tail=None, rc=None):
+        decision = _not_run(message, tail, rc)
+        written = _record(module, decision, None, p["level"], previous)
+        module.fail_json(
+            msg=message,
+            rc=rc,
+            stderr_tail=tail or "",
+            verdict="reject",
+            exit_code=decision["exit_code"],
+            record=written["record"],
+            journal_path=written["journal_path"],
+            metrics_path=written["metrics_path"],
+            **base,
+        )
+
+    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        fail_not_run("no GPU to accept: interpreter %s is not an executable file" % python)
 
     env = _acceptance.program_env(p["environment"])
     try:
         run = _acceptance.run_program(python, config, env, timeout)
     except (OSError, ValueError) as e:
-        module.fail_json(msg="Failed to run the acceptance program with %s: %s" % (python, e), **base)
+        fail_not_run("Failed to run the acceptance program with %s: %s" % (python, e))
     tail = (run["stderr"] or run["stdout"])[-2000:]
-    fatal, decision = _acceptance.decide(run, timeout)
+    fatal, decision = _acceptance.decide(
+        run, timeout, thresholds=thresholds, previous_health=previous_health, memory_table=memory_table
+    )
     if fatal:
         if run["report"] is None:
             fatal = "Failed to run the acceptance program with %s: %s" % (python, fatal)
-        module.fail_json(msg=fatal, rc=run["rc"], stderr_tail=tail, **base)
+        fail_not_run(fatal, tail, run["rc"])
     report = run["report"]
+    written = _record(module, decision, report, p["level"], previous)
     result = dict(
         base,
         accepted=decision["accepted"],
+        verdict=decision["verdict"],
+        exit_code=decision["exit_code"],
         rejections=decision["rejections"],
+        warnings=decision["warnings"],
+        notes=decision["notes"],
         summary=decision["summary"],
+        measurements=decision["measurements"],
         gpus=report.get("gpus") or [],
+        devices=report.get("devices") or [],
         collective=report.get("collective"),
         burn_in=_acceptance.summarize_burn_in(report.get("burn_in")),
         perturb_round=config["perturb_round"],
@@ -242,7 +440,13 @@ def main():
             "cudnn": report.get("cudnn_version"),
             "nccl": report.get("nccl_version"),
         },
+        record=written["record"],
+        journal_path=written["journal_path"],
+        metrics_path=written["metrics_path"],
     )
+    result["changed"] = written["changed"]
+    if module._diff and written["diff"]:
+        result["diff"] = written["diff"]
     if not decision["accepted"] and p["fail_on_reject"]:
         lines = ["%s %s: %s" % (r["check"], r["subject"], r["message"]) for r in decision["rejections"][:10]]
         module.fail_json(msg="Failed to accept GPU node: %s | %s" % (decision["summary"], " | ".join(lines)), **result)

@@ -105,4 +105,52 @@ def test_sidecar_documents_every_field_and_option():
     options = doc["DOCUMENTATION"]["options"]
     assert doc["DOCUMENTATION"]["name"] == "fleet_report"
     assert options["fields"]["choices"] == list(FIELD_NAMES)
-    assert set(options) == {"_input", "groups", "driver_packages", "fields", "output", "title"}
+    assert set(options) == {
+        "_input",
+        "groups",
+        "driver_packages",
+        "fields",
+        "output",
+        "title",
+        "acceptance",
+        "acceptance_min_hosts",
+        "acceptance_z",
+        "acceptance_min_deviation",
+    }
+    assert options["acceptance_min_hosts"]["default"] == 5
+    assert options["acceptance_z"]["default"] == 3.5
+    assert options["acceptance_min_deviation"]["default"] == 0.1
+
+
+def acceptance_record(memory):
+    # constructed, in the shape the acceptance role writes into a host's journal
+    return json.dumps({"gpu_name": "NVIDIA H200", "verdict": "pass", "metrics": {"memory_gbps": memory}})
+
+
+def test_acceptance_outliers(fleet_facts):
+    records = {
+        "gpu-a": acceptance_record(4100.0),
+        "gpu-b": acceptance_record(4100.0),
+        "gpu-c": acceptance_record(3280.0),
+    }
+    report = filters.fleet_report(fleet_facts, acceptance=LazyMapping(records), acceptance_min_hosts=3)
+    assert report["acceptance"]["outlier_hosts"] == {"gpu-c": ["NVIDIA H200: memory_gbps"]}
+    report = filters.fleet_report(fleet_facts, acceptance=records)
+    assert (
+        report["acceptance"]["groups"]["NVIDIA H200"]["metrics"]["memory_gbps"]["message"] == "cannot compare: 3 hosts"
+    )
+    text = filters.fleet_report(fleet_facts, acceptance=records, output="markdown")
+    assert "cannot compare: 3 hosts" in text
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"acceptance": ["gpu-a"]}, "acceptance must be a dict"),
+        ({"acceptance": {}, "acceptance_min_hosts": 1}, "fleet_report_acceptance_min_hosts"),
+        ({"acceptance": {}, "acceptance_z": -1}, "fleet_report_acceptance_z"),
+    ],
+)
+def test_bad_acceptance_arguments(fleet_facts, kwargs, message):
+    with pytest.raises(AnsibleFilterError, match=message):
+        filters.fleet_report(fleet_facts, **kwargs)

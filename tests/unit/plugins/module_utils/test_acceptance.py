@@ -100,11 +100,12 @@ def checks(decision):
 
 def test_healthy_single_gpu_report_is_accepted():
     d = acc.evaluate(report())
-    assert d == {
-        "accepted": True,
-        "rejections": [],
-        "summary": "accepted: 1 GPU(s), 3 rounds, all results bit-identical, all_reduce over 1 rank(s) exact",
-    }
+    assert d["accepted"] is True and d["verdict"] == "pass" and d["exit_code"] == 0
+    assert d["rejections"] == [] and d["warnings"] == []
+    assert d["summary"] == "accepted: 1 GPU(s), 3 rounds, all results bit-identical, all_reduce over 1 rank(s) exact"
+    # a report without the bandwidth and health parts: not measured, never a failure
+    assert "bandwidths not measured" in d["notes"]
+    assert "memory and link health not measured" in d["notes"]
 
 
 def test_healthy_eight_gpu_report_is_accepted():
@@ -431,3 +432,426 @@ def test_recorded_burn_in_summary():
     assert g["mismatches"] == 0 and g["iterations"] > 0
     assert g["gemm_ms"]["count"] == 20
     assert 100 < g["tflops_median"] < 2000
+
+
+def test_recorded_h200_reports_have_nothing_measured_beyond_determinism():
+    # The captures predate the bandwidth, health and clock measurements: absent is "not measured".
+    for name in ("standard", "quick", "burn_in_short"):
+        d = acc.evaluate(recorded(name))
+        assert d["verdict"] == "pass" and d["exit_code"] == 0
+        assert d["warnings"] == []
+        assert "bandwidths not measured" in d["notes"]
+    d = acc.evaluate(recorded("burn_in_short"))
+    assert "gpu0: SM clocks under load not measured" in d["notes"]
+    assert acc.evaluate(recorded("standard_perturb2"))["exit_code"] == 2
+
+
+# ------------------------------------------------------------------ limits (constructed inputs)
+
+
+def test_pcie_limit_from_generation_and_width():
+    assert acc.pcie_limit_gbps(5, 16) == pytest.approx(63.015, abs=0.001)
+    assert acc.pcie_limit_gbps(4, 16) == pytest.approx(31.508, abs=0.001)
+    assert acc.pcie_limit_gbps(3, 16) == pytest.approx(15.754, abs=0.001)
+    assert acc.pcie_limit_gbps(2, 16) == pytest.approx(8.0)
+    assert acc.pcie_limit_gbps(5, 8) == pytest.approx(31.508, abs=0.001)
+    assert acc.pcie_limit_gbps(None, 16) is None
+    assert acc.pcie_limit_gbps(6, 16) is None  # no limit known: measured, not judged
+    assert acc.pcie_limit_gbps(5, 0) is None
+
+
+def test_h200_reference_copy_is_87_percent_of_gen5_x16_and_passes():
+    # measured on the H200 test host: 256 MiB pinned H2D at 55.0 GB/s
+    fraction, status = acc._judge(55.0, acc.pcie_limit_gbps(5, 16), 0.75, 0.5)
+    assert round(fraction, 3) == 0.873 and status == "ok"
+
+
+def test_nvlink_and_memory_limits():
+    assert acc.nvlink_limit_gbps(4, 18) == 450.0
+    assert acc.nvlink_limit_gbps(3, 12) == 300.0
+    assert acc.nvlink_limit_gbps(5, 18) == 900.0
+    assert acc.nvlink_limit_gbps(9, 18) is None
+    assert acc.memory_limit_gbps("NVIDIA H200") == 4800.0
+    assert acc.memory_limit_gbps("NVIDIA H100 80GB HBM3") == 3350.0
+    assert acc.memory_limit_gbps("NVIDIA A100-SXM4-80GB") == 2039.0
+    assert acc.memory_limit_gbps("NVIDIA L4") is None
+    table = acc.validate_memory_table({"L4": 300})
+    assert acc.memory_limit_gbps("NVIDIA L4", table) == 300.0
+
+
+def dev(index, bus, gen=5, width=16, links=()):
+    return {
+        "index": index,
+        "pci_bus_id": bus,
+        "pcie": {"gen_max": gen, "width_max": width, "gen_current": gen, "width_current": width},
+        "nvlink": {"supported": bool(links), "links": list(links)},
+    }
+
+
+def nvl(link, remote, version=4, remote_type=0):
+    return {"link": link, "active": True, "version": version, "remote_pci_bus_id": remote, "remote_type": remote_type}
+
+
+def test_p2p_limit_direct_switch_and_pcie():
+    a_bus, b_bus = "0000:18:00.0", "0000:2a:00.0"
+    direct = dev(0, a_bus, links=[nvl(i, b_bus, 3) for i in range(4)])
+    assert acc.p2p_limit(direct, dev(1, b_bus), {a_bus, b_bus}) == (100.0, "NVLink3 x4")
+    sw_a = dev(0, a_bus, links=[nvl(i, "0000:c5:00.0", 4, 2) for i in range(18)])
+    sw_b = dev(1, b_bus, links=[nvl(i, "0000:c6:00.0", 4, 2) for i in range(18)])
+    assert acc.p2p_limit(sw_a, sw_b, {a_bus, b_bus}) == (450.0, "NVLink4 x18 (NVSwitch)")
+    limit, label = acc.p2p_limit(dev(0, a_bus), dev(1, b_bus, gen=4), {a_bus, b_bus})
+    assert label == "PCIe Gen4 x16" and limit == pytest.approx(31.508, abs=0.001)
+
+
+@pytest.mark.parametrize(
+    "given, needle",
+    [
+        ({"pcie_warn_below": 1.5}, "acceptance_pcie_warn_below must be a fraction from 0 to 1, got 1.5"),
+        ({"pcie_reject_below": "x"}, "acceptance_pcie_reject_below must be a fraction"),
+        ({"pcie_reject_below": 0.8}, "acceptance_pcie_reject_below (0.8) must not be above acceptance_pcie_warn_below"),
+        ({"max_uncorrectable_remapped_rows": -1}, "acceptance_max_uncorrectable_remapped_rows must be a whole number"),
+        ({"clock_min_fraction": 0}, "acceptance_clock_min_fraction must be above 0"),
+        ({"colour": 1}, "unknown threshold 'colour'"),
+    ],
+)
+def test_thresholds_are_validated_naming_the_variable(given, needle):
+    with pytest.raises(ValueError) as exc:
+        acc.validate_thresholds(given)
+    assert needle in str(exc.value)
+
+
+def test_thresholds_accept_templated_text_and_keep_defaults():
+    t = acc.validate_thresholds({"pcie_warn_below": "0.8", "max_uncorrectable_remapped_rows": "3"})
+    assert t["pcie_warn_below"] == 0.8 and t["max_uncorrectable_remapped_rows"] == 3
+    assert t["memory_warn_below"] == acc.THRESHOLDS["memory_warn_below"]
+
+
+def test_memory_table_is_validated():
+    with pytest.raises(ValueError, match="acceptance_memory_bandwidth_gbps"):
+        acc.validate_memory_table({"L4": 0})
+
+
+def test_role_defaults_and_argument_specs_match_the_module_defaults():
+    import yaml
+
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles", "acceptance")
+    with open(os.path.join(root, "defaults", "main.yml")) as fh:
+        defaults = yaml.safe_load(fh)
+    with open(os.path.join(root, "meta", "argument_specs.yml")) as fh:
+        specs = yaml.safe_load(fh)["argument_specs"]["main"]["options"]
+    for key, value in acc.THRESHOLDS.items():
+        assert defaults["acceptance_" + key] == value, key
+        assert specs["acceptance_" + key]["default"] == value, key
+
+
+# ------------------------------------------------------------------ bandwidth (constructed inputs)
+
+
+def measured_report(n_gpus=2, h2d=55.0, d2h=53.0, remote=(48.0, 47.0), memory=4100.0, p2p=380.0, nodes=2):
+    """A standard-level report as the program returns it, with constructed measurements."""
+    rep = report(n_gpus)
+    buses = ["0000:%02x:00.0" % (0x18 + 0x10 * i) for i in range(n_gpus)]
+    rep["devices"] = [dev(i, buses[i], links=[nvl(k, "0000:c5:00.0", 4, 2) for k in range(18)]) for i in range(n_gpus)]
+    for i, d in enumerate(rep["devices"]):
+        d.update(uuid="GPU-%d" % i, numa_node=0 if i < n_gpus / 2 else 1, max_sm_mhz=1980, power_limit_w=700.0)
+    host = []
+    for i in range(n_gpus):
+        host.append({"gpu": i, "numa": "local", "node": 0, "error": None, "h2d": {"gbps": h2d}, "d2h": {"gbps": d2h}})
+        if nodes > 1:
+            host.append(
+                {
+                    "gpu": i,
+                    "numa": "remote",
+                    "node": 1,
+                    "error": None,
+                    "h2d": {"gbps": remote[0]},
+                    "d2h": {"gbps": remote[1]},
+                }
+            )
+    rep["bandwidth"] = {
+        "host": host,
+        "memory": [{"gpu": i, "gbps": memory, "error": None} for i in range(n_gpus)],
+        "p2p": [
+            {"src": a, "dst": b, "access": True, "gbps": p2p, "latency_us": 11.5, "error": None}
+            for a in range(n_gpus)
+            for b in range(n_gpus)
+            if a != b
+        ],
+        "remote_note": None if nodes > 1 else "no remote NUMA node: the host has one NUMA node",
+        "error": None,
+    }
+    healthy = {
+        "remapped_rows": {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False},
+        "retired_pages": {"not_supported": True},
+        "nvlink_errors": {str(k): {"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0} for k in range(18)},
+        "pcie_replay": 0,
+    }
+    rep["health"] = {
+        "error": None,
+        "before": {str(i): copy.deepcopy(healthy) for i in range(n_gpus)},
+        "after": {str(i): copy.deepcopy(healthy) for i in range(n_gpus)},
+    }
+    return rep
+
+
+def test_constructed_healthy_two_gpu_node_passes_with_fractions():
+    d = acc.evaluate(measured_report())
+    assert d["verdict"] == "pass", d["rejections"] + d["warnings"]
+    gpu0 = d["measurements"]["gpus"]["gpu0"]
+    assert gpu0["h2d_local"]["fraction"] == pytest.approx(0.8728, abs=1e-4)
+    assert gpu0["h2d_local"]["limit"] == "PCIe Gen5 x16"
+    assert gpu0["h2d_remote"]["status"] == "ok"
+    assert gpu0["memory"]["fraction"] == pytest.approx(4100 / 4800.0, abs=1e-4)
+    pair = d["measurements"]["pairs"]["gpu0->gpu1"]
+    assert pair["limit"] == "NVLink4 x18 (NVSwitch)" and pair["fraction"] == pytest.approx(380 / 450.0, abs=1e-4)
+    assert pair["latency_us"] == 11.5
+    assert "gpu0: page retirement not supported (the GPU remaps rows)" in d["notes"]
+
+
+def test_one_numa_node_says_there_is_no_remote_node():
+    d = acc.evaluate(measured_report(nodes=1))
+    assert d["verdict"] == "pass"
+    assert d["measurements"]["remote_numa"] == "no remote NUMA node: the host has one NUMA node"
+    assert "h2d_remote" not in d["measurements"]["gpus"]["gpu0"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, check, verdict",
+    [
+        ({"h2d": 42.0}, "pcie_bandwidth", "warn"),  # 67% of Gen5 x16
+        ({"h2d": 26.0}, "pcie_bandwidth", "reject"),  # trained one generation down
+        ({"memory": 3000.0}, "memory_bandwidth", "warn"),
+        ({"memory": 2000.0}, "memory_bandwidth", "reject"),
+        ({"p2p": 200.0}, "p2p_bandwidth", "warn"),
+        ({"p2p": 100.0}, "p2p_bandwidth", "reject"),
+        ({"remote": (25.0, 25.0)}, "pcie_remote_bandwidth", "warn"),  # remote reject is off by default
+    ],
+)
+def test_constructed_slow_paths_warn_or_reject(kwargs, check, verdict):
+    d = acc.evaluate(measured_report(**kwargs))
+    assert d["verdict"] == verdict
+    found = d["rejections"] if verdict == "reject" else d["warnings"]
+    assert check in {p["check"] for p in found}
+    assert d["exit_code"] == acc.VERDICT_EXIT_CODES[verdict]
+    one = next(p for p in found if p["check"] == check)
+    assert "%" in one["message"] and one["evidence"]["fraction"] < one["evidence"]["threshold"]
+
+
+def test_thresholds_change_the_verdict():
+    rep = measured_report(h2d=42.0)
+    assert acc.evaluate(rep)["verdict"] == "warn"
+    assert acc.evaluate(rep, thresholds={"pcie_warn_below": 0.6})["verdict"] == "pass"
+
+
+def test_unknown_memory_model_is_measured_but_not_judged():
+    rep = measured_report(memory=10.0)
+    for g in rep["gpus"]:
+        g["name"] = "NVIDIA Future GPU"
+    d = acc.evaluate(rep)
+    assert d["measurements"]["gpus"]["gpu0"]["memory"]["status"] == "no_limit"
+    assert "memory_bandwidth" not in {p["check"] for p in d["rejections"] + d["warnings"]}
+
+
+def test_measurement_error_warns():
+    rep = measured_report()
+    rep["bandwidth"]["memory"][0] = {"gpu": 0, "error": "OutOfMemoryError: CUDA out of memory"}
+    d = acc.evaluate(rep)
+    assert d["verdict"] == "warn"
+    assert d["measurements"]["gpus"]["gpu0"]["memory"]["status"] == "not_measured"
+
+
+# ------------------------------------------------------------------ health (constructed inputs)
+
+
+def test_pending_remap_warns_and_failed_remap_rejects():
+    rep = measured_report()
+    rep["health"]["after"]["0"]["remapped_rows"].update(pending=True, correctable=2)
+    d = acc.evaluate(rep)
+    assert d["verdict"] == "warn"
+    assert any("reset the GPU before use" in w["message"] for w in d["warnings"])
+    rep["health"]["after"]["1"]["remapped_rows"]["failure"] = True
+    d = acc.evaluate(rep)
+    assert d["verdict"] == "reject" and checks(d) == ["remap_failure"]
+
+
+def test_uncorrectable_rows_above_the_limit_reject():
+    rep = measured_report()
+    rep["health"]["after"]["0"]["remapped_rows"]["uncorrectable"] = 9
+    assert checks(acc.evaluate(rep)) == ["remapped_rows_uncorrectable"]
+    assert acc.evaluate(rep, thresholds={"max_uncorrectable_remapped_rows": 9})["verdict"] == "pass"
+
+
+def test_growing_replay_counters_warn_during_the_run_and_since_the_last_record():
+    rep = measured_report()
+    rep["health"]["after"]["0"]["nvlink_errors"]["3"]["replay"] = 5
+    rep["health"]["after"]["1"]["pcie_replay"] = 2
+    d = acc.evaluate(rep)
+    assert d["verdict"] == "warn"
+    assert {w["check"] for w in d["warnings"]} == {"nvlink_errors_growing", "pcie_replay_growing"}
+    # the last record saw fewer replays than this run started with
+    previous = {"GPU-0": copy.deepcopy(rep["health"]["before"]["0"])}
+    rep2 = measured_report()
+    rep2["health"]["before"]["0"]["pcie_replay"] = rep2["health"]["after"]["0"]["pcie_replay"] = 7
+    d = acc.evaluate(rep2, previous_health=previous)
+    assert [w["check"] for w in d["warnings"]] == ["pcie_replay_grew_since_last"]
+
+
+# ------------------------------------------------------------------ clocks (constructed inputs)
+
+
+def burn_report(samples, max_mhz=1980):
+    rep = report(1, level="burn_in", rounds=3, burn_in_seconds=10)
+    rep["gpus"][0]["rounds"].append(four_step(4, phase="after_burn_in"))
+    rep["burn_in"] = {
+        "seconds": 10,
+        "error": None,
+        "gpus": [
+            {
+                "gpu": 0,
+                "iterations": 500,
+                "checks": 10,
+                "mismatches": 0,
+                "first_mismatch_iteration": None,
+                "batch_ms": [1.64] * 10,
+                "batch_size": 50,
+                "error": None,
+                "gemm_n": 8192,
+                "max_sm_mhz": max_mhz,
+                "power_limit_w": 700.0,
+                "samples": samples,
+            }
+        ],
+    }
+    return rep
+
+
+POWER_CAP, APP_CLOCKS, HW_SLOWDOWN, SW_THERMAL, IDLE = 0x4, 0x2, 0x8, 0x20, 0x1
+
+
+def samples(mhz, reasons, n=20, power=690.0):
+    return [{"t": i * 0.5, "sm_mhz": mhz, "power_w": power, "reasons": reasons, "temp_c": 60} for i in range(n)]
+
+
+def test_clocks_held_by_the_power_cap_pass():
+    d = acc.evaluate(burn_report(samples(1500, POWER_CAP)))
+    assert d["verdict"] == "pass", d["rejections"]
+    clock = d["measurements"]["clocks"]["gpu0"]
+    assert clock["median_sm_mhz"] == 1500 and clock["median_fraction"] == pytest.approx(0.7576, abs=1e-4)
+
+
+def test_locked_low_clock_without_a_cap_rejects_naming_the_reason():
+    d = acc.evaluate(burn_report(samples(600, APP_CLOCKS, power=250.0) + samples(1900, 0, n=2)))
+    assert checks(d) == ["clock_low"]
+    msg = d["rejections"][0]["message"]
+    assert "without a power or thermal cap" in msg and "applications_clocks_setting" in msg
+
+
+def test_hardware_slowdown_rejects_and_thermal_target_warns():
+    d = acc.evaluate(burn_report(samples(900, HW_SLOWDOWN | POWER_CAP)))
+    assert checks(d) == ["clock_throttled_hw"] and "hw_slowdown" in d["rejections"][0]["message"]
+    d = acc.evaluate(burn_report(samples(1400, SW_THERMAL)))
+    assert d["verdict"] == "warn" and d["warnings"][0]["check"] == "clock_thermal"
+
+
+def test_idle_samples_are_not_judged_and_a_short_dip_is_tolerated():
+    d = acc.evaluate(burn_report(samples(300, IDLE, n=5) + samples(1900, POWER_CAP, n=18) + samples(700, 0, n=2)))
+    assert d["verdict"] == "pass"
+    assert d["measurements"]["clocks"]["gpu0"]["loaded"] == 20
+
+
+# ------------------------------------------------------------------ record, metrics, journal
+
+
+def test_record_metrics_and_history(tmp_path):
+    rep = measured_report(memory=3000.0)
+    d = acc.evaluate(rep)
+    rec = acc.build_record(d, rep, "standard", 1764500000.0)
+    assert rec["verdict"] == "warn" and rec["exit_code"] == 1
+    assert rec["gpu_name"] == "NVIDIA H200" and rec["gpu_count"] == 2
+    assert rec["metrics"]["memory_gbps"] == 3000.0
+    assert rec["metrics"]["h2d_local_gbps"] == 55.0 and rec["metrics"]["p2p_latency_us"] == 11.5
+    assert rec["problems"][0]["severity"] == "warn"
+    assert set(rec["health"]) == {"GPU-0", "GPU-1"}
+    journal = tmp_path / "journal"
+    acc.write_record(str(journal), rec)
+    path = journal / "acceptance.json"
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    again = acc.build_record(d, rep, "standard", 1764500100.0, previous=acc.read_record(str(journal)))
+    assert [h["time"] for h in again["history"]] == ["2025-11-30T10:53:20Z", "2025-11-30T10:55:00Z"]
+    assert acc.read_record(str(tmp_path / "none")) is None
+
+
+def test_metrics_textfile():
+    rep = measured_report(h2d=26.0)
+    rep["health"]["after"]["0"]["remapped_rows"]["pending"] = True
+    rec = acc.build_record(acc.evaluate(rep), rep, "standard", 1764500000.0)
+    text = acc.render_metrics(rec)
+    assert 'stacktune_acceptance_verdict{verdict="reject"} 1' in text
+    assert 'stacktune_acceptance_verdict{verdict="pass"} 0' in text
+    assert "stacktune_acceptance_exit_code 2" in text
+    assert 'stacktune_acceptance_problems{check="pcie_bandwidth",severity="reject"} 2' in text
+    assert 'stacktune_acceptance_bandwidth_gbps{gpu="gpu0",path="h2d_local"} 26' in text
+    assert 'stacktune_acceptance_p2p_latency_seconds{dst="gpu1",src="gpu0"} 1.15e-05' in text
+    assert 'stacktune_acceptance_remap_pending{gpu="gpu0"} 1' in text
+    assert "# TYPE stacktune_acceptance_verdict gauge" in text
+
+
+def test_fleet_metrics_take_the_worst_gpu_and_pair():
+    rep = measured_report(n_gpus=4)
+    rep["bandwidth"]["memory"][2]["gbps"] = 3900.0
+    rep["bandwidth"]["p2p"][5]["latency_us"] = 19.0
+    rec = acc.build_record(acc.evaluate(rep), rep, "standard", 1764500000.0)
+    assert rec["metrics"]["memory_gbps"] == 3900.0
+    assert rec["metrics"]["p2p_latency_us"] == 19.0
+
+
+# ------------------------------------------------------------------ the program's NVML readers, with a stand-in NVML
+
+
+class FakeNvmlError(Exception):
+    def __init__(self, value):
+        super().__init__("Not Supported" if value == 3 else "Unknown Error")
+        self.value = value
+
+
+class FakeNvml:
+    """Answers like an H200 through pynvml: rows remapped, no retired pages, one NVLink."""
+
+    NVML_NVLINK_MAX_LINKS = 2
+
+    def nvmlDeviceGetRemappedRows(self, h):
+        return (1, 0, 1, 0)
+
+    def nvmlDeviceGetRetiredPages(self, h, cause):
+        raise FakeNvmlError(3)
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, h, link, counter):
+        return {0: 4, 1: 0, 2: 1, 3: 0}[counter]
+
+    def nvmlDeviceGetPcieReplayCounter(self, h):
+        raise FakeNvmlError(3)
+
+
+def program_namespace():
+    ns = {"__name__": "acceptance_program"}
+    exec(compile(acc.PROGRAM, "acceptance_program", "exec"), ns)
+    return ns
+
+
+def test_program_health_snapshot_records_not_supported():
+    ns = program_namespace()
+    snap = ns["health_snapshot"](FakeNvml(), object(), [{"link": 0, "active": True}, {"link": 1, "active": False}])
+    assert snap["remapped_rows"] == {"correctable": 1, "uncorrectable": 0, "pending": True, "failure": False}
+    assert snap["retired_pages"] == {"not_supported": True}
+    assert snap["nvlink_errors"] == {"0": {"replay": 4, "recovery": 0, "crc_flit": 1, "crc_data": 0}}
+    assert snap["pcie_replay"] is None and snap["pcie_replay_not_supported"] is True
+
+
+def test_program_numa_and_bus_helpers(tmp_path):
+    ns = program_namespace()
+    for node, cpus in ((0, "0-3,8"), (1, "4-7"), (2, "")):
+        (tmp_path / ("node%d" % node)).mkdir()
+        (tmp_path / ("node%d" % node) / "cpulist").write_text(cpus + "\n")
+    assert ns["numa_nodes"](str(tmp_path)) == [{"node": 0, "cpus": [0, 1, 2, 3, 8]}, {"node": 1, "cpus": [4, 5, 6, 7]}]
+    assert ns["_norm_bus"]("00000000:3B:00.0") == "0000:3b:00.0"
+    assert ns["_norm_bus"](b"0000:3b:00.0") == "0000:3b:00.0"

@@ -224,3 +224,91 @@ def test_markdown_names_outliers_and_ties(dgx):
     assert "Outliers across all hosts: c (BIOS); d (Kernel, PCIe)." in text
     assert "- d: gpu2 Gen3 x8 (max Gen5 x16)" in text
     assert "**1.5.2**" in text  # the outlier value is marked in the host table
+
+
+# ------------------------------------------------------------------ acceptance measurements across hosts
+# Constructed records in the shape the acceptance role writes into each host's journal; the
+# H2D number is the H200 test host's measured 55.0 GB/s.
+
+
+def record(memory=4100.0, h2d=55.0, name="NVIDIA H200", latency=11.5):
+    return {
+        "schema": 1,
+        "verdict": "pass",
+        "level": "standard",
+        "time": "2026-11-30T10:00:00Z",
+        "gpu_name": name,
+        "metrics": {"memory_gbps": memory, "h2d_local_gbps": h2d, "p2p_latency_us": latency},
+    }
+
+
+def test_robust_outliers_median_mad_and_both_floors():
+    values = {"a": 55.0, "b": 54.6, "c": 55.3, "d": 54.9, "e": 55.1, "g": 55.2, "f": 44.0}
+    out = fleet.robust_outliers(values, "higher", min_hosts=5, z=3.5, min_deviation=0.1)
+    assert out["status"] == "compared" and out["median"] == 55.0
+    assert out["mad"] == pytest.approx(0.2 * 1.4826, abs=1e-3)
+    assert list(out["outliers"]) == ["f"]
+    assert out["outliers"]["f"]["deviation"] == -0.2 and out["outliers"]["f"]["z"] > 3.5
+    # a faster host is not an outlier of a higher-is-better metric
+    assert fleet.robust_outliers(dict(values, f=66.0), "higher")["outliers"] == {}
+    # lower is better: a slow latency is
+    lat = fleet.robust_outliers({"a": 10, "b": 10, "c": 10, "d": 10, "e": 14}, "lower")
+    assert list(lat["outliers"]) == ["e"]
+
+
+def test_tiny_spread_needs_the_relative_floor():
+    # 2% below identical hosts: infinite robust z (MAD 0) but under the 10% floor
+    values = {"a": 55.0, "b": 55.0, "c": 55.0, "d": 55.0, "e": 53.9}
+    assert fleet.robust_outliers(values, "higher")["outliers"] == {}
+    assert fleet.robust_outliers(dict(values, e=49.5), "higher")["outliers"]["e"]["z"] is None
+
+
+def test_noisy_metric_needs_the_z_floor():
+    # 12% below the median, but the group spreads that much: not an outlier
+    values = {"a": 700.0, "b": 640.0, "c": 760.0, "d": 690.0, "e": 616.0, "f": 730.0}
+    out = fleet.robust_outliers(values, "higher")
+    assert out["outliers"] == {}
+
+
+def test_group_below_the_minimum_cannot_compare():
+    out = fleet.robust_outliers({"a": 1.0, "b": 2.0, "c": 3.0}, "higher", min_hosts=5)
+    assert out["status"] == "cannot_compare" and out["message"] == "cannot compare: 3 hosts"
+    assert fleet.robust_outliers({"a": 1.0}, "higher")["message"] == "cannot compare: 1 host"
+
+
+def test_acceptance_report_groups_by_gpu_model():
+    records = {"h%d" % i: record() for i in range(6)}
+    records["h3"] = record(memory=4100.0 * 0.8)
+    records["l1"] = record(memory=800.0, name="NVIDIA L40S")
+    records["none"] = None
+    records["text"] = json.dumps(record())
+    acc = fleet.acceptance_report(records)
+    assert acc["missing"] == ["none"]
+    h200 = acc["groups"]["NVIDIA H200"]
+    assert h200["hosts"] == ["h0", "h1", "h2", "h3", "h4", "h5", "text"]
+    assert h200["outlier_hosts"] == {"h3": ["memory_gbps"]}
+    assert h200["metrics"]["h2d_local_gbps"]["outliers"] == {}
+    assert acc["groups"]["NVIDIA L40S"]["metrics"]["memory_gbps"]["message"] == "cannot compare: 1 host"
+    assert acc["outlier_hosts"] == {"h3": ["NVIDIA H200: memory_gbps"]}
+    assert "gemm_tflops" not in h200["metrics"]  # nobody measured it
+
+
+def test_acceptance_report_rule_is_validated():
+    with pytest.raises(ValueError, match="fleet_report_acceptance_min_hosts"):
+        fleet.acceptance_report({}, min_hosts=2)
+    with pytest.raises(ValueError, match="fleet_report_acceptance_z"):
+        fleet.acceptance_report({}, z=0)
+    with pytest.raises(ValueError, match="fleet_report_acceptance_min_deviation"):
+        fleet.acceptance_report({}, min_deviation=1.5)
+
+
+def test_fleet_report_carries_the_acceptance_section(h200):
+    facts = {"gpu-%d" % i: h200 for i in range(5)}
+    records = {"gpu-%d" % i: record() for i in range(5)}
+    records["gpu-4"] = record(h2d=44.0)
+    report = fleet.fleet_report(facts, acceptance=records)
+    assert report["acceptance"]["outlier_hosts"] == {"gpu-4": ["NVIDIA H200: h2d_local_gbps"]}
+    text = fleet.render_markdown(report)
+    assert "## Acceptance measurements" in text
+    assert "| host-to-device, local NUMA (GB/s) | 5 | 55 | 0 | gpu-4: 44 (-20.0%) |" in text
+    assert "acceptance" not in fleet.fleet_report(facts)

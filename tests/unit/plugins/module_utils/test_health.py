@@ -2,7 +2,8 @@
 # Copyright: stacktune contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""XID parsing from kernel log text as dmesg, journalctl and syslog print it."""
+"""XID parsing from kernel log text as dmesg, journalctl and syslog print it; the NVML memory, link and
+clock rules on constructed inputs."""
 
 import pytest
 
@@ -117,3 +118,107 @@ def test_throttle_reasons(name, norm, sev):
 def test_worst_severity():
     assert h.worst_severity(["info", "critical", "warning"]) == "critical"
     assert h.worst_severity([]) is None
+
+
+# ------------------------------------------------------------------ NVML memory and link health
+# Constructed inputs, in the shape the acceptance program records NVML's answers.
+
+
+def rows(correctable=0, uncorrectable=0, pending=False, failure=False):
+    return {
+        "remapped_rows": {
+            "correctable": correctable,
+            "uncorrectable": uncorrectable,
+            "pending": pending,
+            "failure": failure,
+        },
+        "retired_pages": {"not_supported": True},
+    }
+
+
+def severities(findings):
+    return sorted((f["severity"], f["check"]) for f in findings if f["severity"] != "info")
+
+
+def test_memory_health_rules():
+    assert severities(h.evaluate_memory_health(rows(correctable=3), 8)) == []
+    assert severities(h.evaluate_memory_health(rows(pending=True), 8)) == [("warn", "remap_pending")]
+    assert severities(h.evaluate_memory_health(rows(failure=True), 8)) == [("reject", "remap_failure")]
+    assert severities(h.evaluate_memory_health(rows(uncorrectable=9), 8)) == [("reject", "remapped_rows_uncorrectable")]
+    assert severities(h.evaluate_memory_health(rows(uncorrectable=8), 8)) == []
+    pending = h.evaluate_memory_health(rows(pending=True), 8)
+    assert "reset the GPU before use" in pending[0]["message"]
+
+
+def test_memory_health_not_supported_or_absent_is_never_a_failure():
+    notes = h.evaluate_memory_health({"remapped_rows": {"not_supported": True}}, 0)
+    assert severities(notes) == []
+    assert [f["message"] for f in notes] == [
+        "row remapping not supported by this GPU",
+        "page retirement not measured",
+    ]
+    assert severities(h.evaluate_memory_health(None, 0)) == []
+    assert severities(h.evaluate_memory_health({"remapped_rows": {"error": "Unknown Error"}}, 0)) == []
+
+
+def test_retired_pages_pending_warns():
+    snap = {
+        "remapped_rows": {"not_supported": True},
+        "retired_pages": {"single_bit": 2, "double_bit": 0, "pending": True},
+    }
+    assert severities(h.evaluate_memory_health(snap, 8)) == [("warn", "retired_pages_pending")]
+
+
+def links(replay=0, recovery=0, crc=0, pcie=0):
+    return {
+        "nvlink_errors": {"0": {"replay": replay, "recovery": recovery, "crc_flit": crc, "crc_data": 0}},
+        "pcie_replay": pcie,
+    }
+
+
+def test_growing_link_counters_warn():
+    assert severities(h.evaluate_link_errors(links(), links())) == []
+    found = h.evaluate_link_errors(links(replay=1), links(replay=4, crc=2))
+    assert severities(found) == [("warn", "nvlink_errors_growing")]
+    assert "replay +3" in found[0]["message"] and "crc_flit +2" in found[0]["message"]
+    assert severities(h.evaluate_link_errors(links(pcie=1), links(pcie=5))) == [("warn", "pcie_replay_growing")]
+
+
+def test_counter_reset_and_missing_counters_are_not_growth():
+    assert severities(h.evaluate_link_errors(links(replay=9), links(replay=0))) == []
+    assert severities(h.evaluate_link_errors({"pcie_replay": None}, {"pcie_replay": 3})) == []
+    assert severities(h.evaluate_link_errors(None, links(replay=3))) == []
+
+
+def test_growth_since_the_last_acceptance_warns():
+    found = h.evaluate_link_errors(links(recovery=2), links(recovery=2), previous=links(recovery=1))
+    assert severities(found) == [("warn", "nvlink_errors_grew_since_last")]
+
+
+def clock(mhz, *reasons, n=10):
+    return [{"sm_mhz": mhz, "reasons": list(reasons), "power_w": 500.0, "t": i * 0.5} for i in range(n)]
+
+
+def test_clock_rules():
+    summary, found = h.evaluate_clock_samples(clock(1900), 1980, 0.85, 0.2)
+    assert found == [] and summary["median_sm_mhz"] == 1900
+    _s, found = h.evaluate_clock_samples(clock(1400, "sw_power_cap"), 1980, 0.85, 0.2)
+    assert found == []
+    _s, found = h.evaluate_clock_samples(clock(800, "applications_clocks_setting"), 1980, 0.85, 0.2)
+    assert severities(found) == [("reject", "clock_low")]
+    assert found[0]["evidence"]["reasons"] == ["applications_clocks_setting"]
+    _s, found = h.evaluate_clock_samples(clock(800), 1980, 0.85, 0.2)
+    assert "active reasons: none" in found[0]["message"]
+    _s, found = h.evaluate_clock_samples(clock(800, "HwSlowdown", "sw_power_cap"), 1980, 0.85, 0.2)
+    assert severities(found) == [("reject", "clock_throttled_hw")] and "hw_slowdown" in found[0]["message"]
+    _s, found = h.evaluate_clock_samples(clock(1500, "sw_thermal_slowdown"), 1980, 0.85, 0.2)
+    assert severities(found) == [("warn", "clock_thermal")]
+
+
+def test_clock_share_and_absent_samples():
+    mixed = clock(1900, n=9) + clock(800, n=2)  # 18% low: under the 20% share
+    assert h.evaluate_clock_samples(mixed, 1980, 0.85, 0.2)[1] == []
+    summary, found = h.evaluate_clock_samples([], 1980, 0.85, 0.2)
+    assert summary is None and severities(found) == []
+    summary, found = h.evaluate_clock_samples(clock(200, "gpu_idle"), 1980, 0.85, 0.2)
+    assert summary["loaded"] == 0 and severities(found) == []
