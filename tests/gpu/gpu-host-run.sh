@@ -12,7 +12,7 @@ RUN_DIR="${RUN_DIR:-/tmp/stacktune-gpu-run}"
 mkdir -p "$RUN_DIR"
 log="$RUN_DIR/gpu-host-run.log"
 exec > >(tee -a "$log") 2>&1
-steps="${*:-capture pytest facts bench tune acceptance}"  # also: safety gate-a gate-b calibrate nccl
+steps="${*:-capture pytest facts bench tune acceptance}"  # also: safety gate-a gate-b calibrate nccl acceptance-depth
 py="${PYTHON:-python3}"
 if [ -d .whl ] && ! "$py" -c 'import ansible' 2>/dev/null; then
   "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -124,6 +124,10 @@ PY
       echo "state hash after rollback: $(state_hash after)"
       [ -e "$RUN_DIR/state-before.txt" ] && diff "$RUN_DIR/state-before.txt" "$RUN_DIR/state-after.txt" \
         && echo "ROLLBACK EXACT: state after rollback == before the gate runs"
+      ;;
+    acceptance-depth)
+      # bandwidth against the link, memory health, sustained load, and injected faults
+      run bash tests/gpu/acceptance-depth.sh "$RUN_DIR/acceptance-depth"
       ;;
     nccl)
       # which transport NCCL picks between the GPUs, as is and with P2P (then SHM) switched off
