@@ -32,6 +32,7 @@ extends_documentation_fragment:
 
 import time
 
+from ansible import context
 from ansible.plugins.callback.default import CallbackModule as DefaultCallback
 
 
@@ -117,6 +118,15 @@ class CallbackModule(DefaultCallback):
         task = _get(result, "task")
         return task.get_name().strip() if task is not None else self._last_task_name
 
+    @staticmethod
+    def _predicted(result):
+        """Whether the task ran in check mode (the run's --check, or its own check_mode: true)."""
+        try:
+            fields = _get(result, "task_fields") or {}
+        except AttributeError:
+            fields = {}
+        return fields.get("check_mode") is True or context.CLIARGS.get("check") is True
+
     def _handle(self, result):
         handler = getattr(self, "_handle_warnings_and_exception", None)
         if handler is not None:
@@ -132,19 +142,24 @@ class CallbackModule(DefaultCallback):
         res = _get(result, "result")
         host = _get(result, "host").get_name()
         self._handle(result)
-        if task.action in ("debug", "ansible.builtin.debug", "ansible.legacy.debug") and "msg" in res:
-            self._say(self._task_name(result), color="cyan", host=host)
-            for line in self._messages(res):
-                self._display.display("    " + line)
+        if task.action in ("debug", "ansible.builtin.debug", "ansible.legacy.debug"):
+            items = [r for r in res.get("results") or [] if isinstance(r, dict) and not r.get("skipped")]
+            lines = [line for r in items for line in self._messages(r)] if items else self._messages(res)
+            if lines:
+                self._say(self._task_name(result), color="cyan", host=host)
+                for line in lines:
+                    self._display.display("    " + line)
             return
+        # in check mode (the run's, or a task's own check_mode: true) a change is a prediction
+        verb = "would change" if self._predicted(result) else "changed"
         if res.get("changed") and not res.get("results"):
-            self._say("changed: %s" % self._task_name(result), color="yellow", host=host)
+            self._say("%s: %s" % (verb, self._task_name(result)), color="yellow", host=host)
             return
         if res.get("results"):
             changed = [r for r in res["results"] if isinstance(r, dict) and r.get("changed")]
             if changed:
                 self._say(
-                    "changed: %s (%d of %d items)" % (self._task_name(result), len(changed), len(res["results"])),
+                    "%s: %s (%d of %d items)" % (verb, self._task_name(result), len(changed), len(res["results"])),
                     color="yellow",
                     host=host,
                 )
