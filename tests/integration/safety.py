@@ -137,12 +137,25 @@ BAD_INPUTS = [
     ("playbooks/verify.yml", "verify-journal", {"stacktune_journal_dir": "journal"}, "stacktune_journal_dir"),
     ("playbooks/acceptance.yml", "acceptance-level", {"acceptance_level": "ultra"}, "acceptance_level"),
     ("playbooks/acceptance.yml", "acceptance-rounds", {"acceptance_rounds": 0}, "acceptance_rounds"),
+    (
+        "playbooks/acceptance.yml",
+        "acceptance-pcie-order",
+        {"acceptance_pcie_reject_below": 0.9},
+        "acceptance_pcie_reject_below",
+    ),
+    (
+        "playbooks/acceptance.yml",
+        "acceptance-fraction",
+        {"acceptance_memory_warn_below": 1.5},
+        "acceptance_memory_warn_below",
+    ),
 ]
 
 # Roles called directly (include_role): every list and mapping variable of every role, given
 # a value of the wrong type, must be refused naming it. Generated from the argument specs.
 DIRECT = "tests/integration/direct-roles.yml"
 DIRECT_ROLES = (
+    "acceptance",
     "bios",
     "driver",
     "facts",
