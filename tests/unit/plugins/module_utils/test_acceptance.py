@@ -855,3 +855,27 @@ def test_program_numa_and_bus_helpers(tmp_path):
     assert ns["numa_nodes"](str(tmp_path)) == [{"node": 0, "cpus": [0, 1, 2, 3, 8]}, {"node": 1, "cpus": [4, 5, 6, 7]}]
     assert ns["_norm_bus"]("00000000:3B:00.0") == "0000:3b:00.0"
     assert ns["_norm_bus"](b"0000:3b:00.0") == "0000:3b:00.0"
+
+
+@pytest.mark.parametrize(
+    "name,verdict,checks",
+    [
+        ("standard", "pass", []),
+        ("burn_in", "pass", []),
+        # a second process hammering host-to-device copies on the same PCIe link
+        ("contention", "reject", ["pcie_bandwidth"]),
+        # SM clock locked to 345-885 MHz through NVML during the burn-in
+        ("clock_cap", "reject", ["clock_low", "memory_bandwidth"]),
+    ],
+)
+def test_recorded_h200_depth_runs_and_injected_faults(name, verdict, checks):
+    """Reports recorded on the one-H200 host on 2026-12-01 (tests/gpu/acceptance-depth.sh, as root)."""
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "acceptance", "h200_depth_%s.json" % name)
+    with open(path) as handle:
+        rep = json.load(handle)
+    d = acc.evaluate(rep)
+    assert d["verdict"] == verdict, d["summary"]
+    assert sorted({r["check"] for r in d["rejections"]}) == checks
+    copy = d["measurements"]["gpus"]["gpu0"]["h2d_local"]
+    assert (copy["limit"], copy["limit_gbps"]) == ("PCIe Gen5 x16", 63.015)
+    assert 0.4 < copy["fraction"] < 0.95
