@@ -46,7 +46,8 @@ if [ "$what" = "test" ]; then
     "$venv/bin/python" -m pip install -q -r requirements-test.txt
     touch "$test_stamp"
   fi
-  if ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v debootstrap >/dev/null; then
-    apt_install podman runc debootstrap
+  if ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v debootstrap >/dev/null \
+    || ! command -v shellcheck >/dev/null; then
+    apt_install podman runc debootstrap shellcheck
   fi
 fi

@@ -4,7 +4,6 @@
 # script is replaced by one that uses ensurepip and the configured package index.
 set -euo pipefail
 venv="$(cd "${VENV:-.venv}" && pwd)"
-src="$(pwd)"
 work="$(mktemp -d /tmp/stacktune-sanity.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 dest="$work/ansible_collections/stacktune/gpu"

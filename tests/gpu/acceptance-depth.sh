@@ -15,7 +15,7 @@
 #   BURN_SECONDS (default 60), CAP_SECONDS (default 30), GPU (fault-injection GPU, default 0).
 # Needs root for the clock cap (nvmlDeviceSetGpuLockedClocks).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 out="${1:?usage: $0 OUT_DIR [steps...]}"
 shift
 mkdir -p "$out"
@@ -104,7 +104,13 @@ print("%s: verdict %s (exit code %d), expected %s: %s" % (name, verdict, decisio
 PY
 }
 
-numa_nodes() { ls -d /sys/devices/system/node/node[0-9]* 2>/dev/null | while read -r n; do [ -s "$n/cpulist" ] && [ -n "$(tr -d '\n' <"$n/cpulist")" ] && echo "$n"; done | wc -l; }
+numa_nodes() {
+  local n count=0
+  for n in /sys/devices/system/node/node[0-9]*; do
+    [ -s "$n/cpulist" ] && [ -n "$(tr -d '\n' <"$n/cpulist")" ] && count=$((count + 1))
+  done
+  echo "$count"
+}
 
 for step in $steps; do
   case "$step" in

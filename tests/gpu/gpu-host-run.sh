@@ -7,7 +7,7 @@
 # rollback with state hashes before and after, and acceptance (normal and perturbed).
 # Usage: bash tests/gpu/gpu-host-run.sh [steps...]   (default: all steps)
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 RUN_DIR="${RUN_DIR:-/tmp/stacktune-gpu-run}"
 mkdir -p "$RUN_DIR"
 log="$RUN_DIR/gpu-host-run.log"
