@@ -178,7 +178,7 @@ class Engine(object):
         """Live and persisted state of one setting."""
         kind = KINDS[s["kind"]]
         obs = {"live": None, "live_error": None, "writable": False, "why_not": None}
-        if getattr(kind, "unit_is_live", False):
+        if kind.unit_is_live:
             unit, err = self._unit(s)
             obs["persisted"] = kind.persisted(s, self.read_unit(unit)) if unit else None
             obs["live"] = obs["persisted"]
@@ -287,7 +287,7 @@ class Engine(object):
         live_ok = obs["live_error"] is None and kind.same(obs["live"], want) if not predicted else obs["live_ok"]
         has_unit = obs["unit"] is not None
         persisted_ok = (not has_unit) or kind.same(obs["persisted"], want)
-        if obs.get("unit_error") and not getattr(kind, "unit_is_live", False) and not kind.reboot:
+        if obs.get("unit_error") and not kind.unit_is_live and not kind.reboot:
             persisted_ok = True  # nothing to persist to; the live part decides
         reason = None
         if kind.reboot:
@@ -393,7 +393,7 @@ class Engine(object):
             s
             for s in settings
             if before[s["id"]]["writable"]
-            and not getattr(KINDS[s["kind"]], "unit_is_live", False)
+            and not KINDS[s["kind"]].unit_is_live
             and not KINDS[s["kind"]].same(before[s["id"]]["live"], s["value"])
         ]
         # units that only removed settings persisted through, and live values to put back
@@ -415,7 +415,7 @@ class Engine(object):
                 pred["live_ok"] = (
                     obs["live_error"] is None and KINDS[s["kind"]].same(obs["live"], s["value"])
                 ) or s in live_changes
-                if getattr(KINDS[s["kind"]], "unit_is_live", False) and obs["unit"] is not None:
+                if KINDS[s["kind"]].unit_is_live and obs["unit"] is not None:
                     pred["live_ok"] = True
                 if obs["unit"] is not None:
                     pred["persisted"] = s["value"]
@@ -569,7 +569,7 @@ class Engine(object):
         live_changes = []
         for s in settings:
             kind = KINDS[s["kind"]]
-            if not before[s["id"]]["writable"] or getattr(kind, "unit_is_live", False):
+            if not before[s["id"]]["writable"] or kind.unit_is_live:
                 continue
             old = snap["live"].get(s["id"], before[s["id"]]["live"])
             if not kind.same(old, s["value"]):
@@ -669,7 +669,7 @@ class Engine(object):
             kill_point("after_units_restored", layer)
         for sid in sorted(target["live"]):
             s = entry["known"].get(sid)
-            if s is None or getattr(KINDS[s["kind"]], "unit_is_live", False):
+            if s is None or KINDS[s["kind"]].unit_is_live:
                 continue
             original = target["live"][sid]
             obs = self.observe(s)

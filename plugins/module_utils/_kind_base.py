@@ -37,13 +37,17 @@ class Unsupported(Exception):
 
 
 class Context(object):
-    """What a kind needs to know about the run: root, layer, command runner, NVML."""
+    """What a kind needs to know about the run: root, layer, command runner, NVML session.
+
+    ``nvml`` is an NVML session (``_kind_nvml.NvmlSession``); the nvml kind creates one on
+    first use when none is given, so this module imports no kind.
+    """
 
     def __init__(self, layer, root="/", run_command=None, nvml=None):
         self.layer = layer
         self.root = root or "/"
         self.run_command = run_command
-        self._nvml = nvml
+        self.nvml_session = nvml
 
     @property
     def alternate_root(self):
@@ -51,13 +55,6 @@ class Context(object):
 
     def path(self, host_path):
         return rooted(self.root, host_path)
-
-    def nvml(self):
-        if self._nvml is None:
-            from ansible_collections.stacktune.gpu.plugins.module_utils._kind_nvml import NvmlSession
-
-            self._nvml = NvmlSession()
-        return self._nvml
 
 
 def norm_ws(value):
@@ -77,6 +74,9 @@ class Kind(object):
 
     name = None
     reboot = False  # the live value changes only at the next boot
+    # True where the unit IS the live state (a whole file, a line of a file): the engine
+    # then reads and writes only the unit, and there is no separate live value
+    unit_is_live = False
 
     def expand(self, spec, ctx):
         raise NotImplementedError
@@ -110,6 +110,15 @@ class Kind(object):
 
     def render(self, settings, layer):
         """Content of this kind's drop-in for the given settings (dropin units only)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def matches(line, match):
+        """Whether a line of a shared file is this kind's line ``match`` (line units only)."""
+        raise NotImplementedError
+
+    def render_line(self, settings, current):
+        """The line that carries these settings, given the current line or None (line units only)."""
         raise NotImplementedError
 
     def persisted(self, s, unit_text):

@@ -61,6 +61,13 @@ class NvmlSession(object):
         return self.lib().nvmlDeviceGetHandleByIndex(index)
 
 
+def _session(ctx):
+    """The run's NVML session, created on first use."""
+    if ctx.nvml_session is None:
+        ctx.nvml_session = NvmlSession()
+    return ctx.nvml_session
+
+
 def _call(session, what, *args):
     nvml = session.lib()
     try:
@@ -86,7 +93,7 @@ class NvmlKind(Kind):
             raise SpecError("nvml %s needs 'value'" % field)
         if ctx.alternate_root:
             raise Unsupported("alternative root: NVML settings apply to the running host only")
-        session = ctx.nvml()
+        session = _session(ctx)
         count = session.count()
         gpu = spec.get("gpu", "all")
         if gpu == "all":
@@ -143,7 +150,7 @@ class NvmlKind(Kind):
         return "%d,%d" % (mem, sm)
 
     def read_live(self, s, ctx):
-        session = ctx.nvml()
+        session = _session(ctx)
         nvml = session.lib()
         handle = session.handle(s["gpu"])
         field = s["field"]
@@ -168,7 +175,7 @@ class NvmlKind(Kind):
         return True, None
 
     def write_live(self, s, value, ctx):
-        session = ctx.nvml()
+        session = _session(ctx)
         nvml = session.lib()
         handle = session.handle(s["gpu"])
         field = s["field"]

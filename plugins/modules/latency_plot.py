@@ -54,7 +54,7 @@ EXAMPLES = r"""
 - name: Plot the run's latency distributions
   stacktune.gpu.latency_plot:
     dest: "reports/{{ stacktune_run_id }}/{{ inventory_hostname }}.png"
-    records: "{{ __tune_records }}"
+    records: "{{ stacktune_results }}"
     title: "{{ inventory_hostname }}"
   delegate_to: localhost
 """

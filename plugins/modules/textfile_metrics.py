@@ -101,7 +101,7 @@ EXAMPLES = r"""
   stacktune.gpu.textfile_metrics:
     playbook: tune
     success: true
-    records: "{{ __tune_records }}"
+    records: "{{ stacktune_results }}"
 
 - name: Record a drift run that found and corrected three settings
   stacktune.gpu.textfile_metrics:
