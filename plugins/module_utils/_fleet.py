@@ -22,6 +22,7 @@ import json
 import math
 
 from ansible_collections.stacktune.gpu.plugins.module_utils._acceptance import FLEET_METRICS
+from ansible_collections.stacktune.gpu.plugins.module_utils._stats import median
 
 SCHEMA_VERSION = 1
 
@@ -381,15 +382,6 @@ def _num(value):
         return None
     value = float(value)
     return value if math.isfinite(value) else None
-
-
-def median(values):
-    values = sorted(values)
-    n = len(values)
-    if not n:
-        return None
-    mid = n // 2
-    return float(values[mid]) if n % 2 else (values[mid - 1] + values[mid]) / 2.0
 
 
 def check_acceptance_rule(min_hosts=None, z=None, min_deviation=None):

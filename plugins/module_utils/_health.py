@@ -23,6 +23,8 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.stacktune.gpu.plugins.module_utils._stats import median
+
 # xid -> (severity, short name)
 XID_CATALOG = {
     8: ("warning", "GPU stopped processing (channel timeout)"),
@@ -353,15 +355,6 @@ def evaluate_link_errors(before, after, previous=None):
 BY_DESIGN_REASONS = ("sw_power_cap", "sw_thermal")
 
 
-def _median(values):
-    values = sorted(values)
-    n = len(values)
-    if not n:
-        return None
-    mid = n // 2
-    return float(values[mid]) if n % 2 else (values[mid - 1] + values[mid]) / 2.0
-
-
 def evaluate_clock_samples(samples, max_sm_mhz, min_fraction, max_low_share):
     """Judge SM clock samples taken under sustained load.
 
@@ -409,13 +402,13 @@ def evaluate_clock_samples(samples, max_sm_mhz, min_fraction, max_low_share):
             buckets["unexplained"].append(names)
     clocks = [mhz for mhz, _n, _p in loaded]
     powers = [p for _m, _n, p in loaded if isinstance(p, (int, float))]
-    med = _median(clocks)
+    med = median(clocks)
     summary.update(
         {
             "median_sm_mhz": med,
             "min_sm_mhz": min(clocks),
             "median_fraction": round(med / max_sm_mhz, 4),
-            "median_power_w": _median(powers) if powers else None,
+            "median_power_w": median(powers) if powers else None,
             "low_share": {k: round(len(v) / float(len(loaded)), 4) for k, v in buckets.items()},
             "reasons_seen": reasons_seen,
         }

@@ -37,6 +37,16 @@ def quantile(sorted_values, q):
     return float(sorted_values[lo]) + (h - lo) * (float(sorted_values[hi]) - float(sorted_values[lo]))
 
 
+def median(values):
+    """Median of any sequence of numbers (the mean of the middle two for an even count); None when empty."""
+    values = sorted(values)
+    n = len(values)
+    if not n:
+        return None
+    mid = n // 2
+    return float(values[mid]) if n % 2 else (values[mid - 1] + values[mid]) / 2.0
+
+
 def mean(values):
     """Arithmetic mean of a non-empty sequence."""
     if not values:
