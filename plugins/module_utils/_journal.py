@@ -126,6 +126,29 @@ class Journal(object):
             return []
         return sorted(name[:-5] for name in os.listdir(directory) if name.endswith(".json"))
 
+    def summary(self):
+        """One row per journaled layer: what it holds now and what last happened to it.
+
+        This is the one reader of the journal's layout for playbooks (drift, verify and
+        rollback list the layers through ``host_settings: state: list``).
+        """
+        rows = []
+        for layer in self.layers():
+            entry = self.load(layer) or new_entry(layer)
+            decision = entry.get("decision") or {}
+            history = entry.get("history") or []
+            rows.append(
+                {
+                    "layer": layer,
+                    "state": entry.get("state"),
+                    "run_id": entry.get("run_id"),
+                    "settings": len(entry.get("settings") or []),
+                    "decision": decision.get("decision"),
+                    "updated": (history[-1] or {}).get("time") if history else None,
+                }
+            )
+        return rows
+
     def save(self, entry):
         self._ensure()
         entry["history"] = entry.get("history", [])[-HISTORY_KEEP:]

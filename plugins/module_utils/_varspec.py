@@ -34,6 +34,54 @@ TYPE_WORDS = {
     "raw": "any value",
 }
 
+# Forms and ranges the argument-spec format cannot carry (ansible-lint's schema allows no
+# extra keys in an option), in one place for the whole collection. Keyed by variable name,
+# or by ``*suffix`` for every variable whose name ends so; an exact name wins. check_vars
+# applies them wherever a role's spec declares the variable.
+RULES = {
+    "*_journal_dir": {"absolute": True},
+    # empty writes no acceptance record
+    "acceptance_journal_dir": {"absolute": True, "empty_ok": True},
+    "metrics_textfile_path": {"absolute": True, "endswith": ".prom"},
+    "stacktune_bench_steps": {"min": 10},
+    "stacktune_bench_warmup": {"min": 0},
+    "stacktune_bench_timeout": {"min": 1},
+}
+
+
+def rule_for(name):
+    """The :data:`RULES` entry of a variable (an exact name first, then a ``*suffix``), or {}."""
+    if name in RULES:
+        return RULES[name]
+    for pattern, rule in RULES.items():
+        if pattern.startswith("*") and name.endswith(pattern[1:]):
+            return rule
+    return {}
+
+
+def _check_rule(name, rule, value, errors):
+    given = "got %s" % _shown(value)
+    if rule.get("absolute"):
+        text = str(value)
+        if text == "" and rule.get("empty_ok"):
+            return
+        parts = text.split("/")
+        if not text.startswith("/") or ".." in parts:
+            errors.append("%s must be an absolute path without '..', %s" % (name, given))
+            return
+        if rule.get("endswith") and not text.endswith(rule["endswith"]):
+            errors.append("%s must end in %s, %s" % (name, rule["endswith"], given))
+            return
+    for bound, word in (("min", "at least"), ("max", "at most")):
+        if bound not in rule:
+            continue
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            return
+        if (number < rule[bound]) if bound == "min" else (number > rule[bound]):
+            errors.append("%s must be %s %s, %s" % (name, word, rule[bound], given))
+
 
 def _shown(value, limit=60):
     text = repr(value)
@@ -159,5 +207,8 @@ def check(options, values):
             if spec.get("required"):
                 errors.append("%s is required (%s)" % (name, _expected(spec)))
             continue
+        before = len(errors)
         _check_one(name, spec, value, errors)
+        if len(errors) == before and value is not None and rule_for(name):
+            _check_rule(name, rule_for(name), value, errors)
     return errors

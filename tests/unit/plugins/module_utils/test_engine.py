@@ -595,3 +595,21 @@ def test_mount_unit_names_escape_like_systemd(path, name):
     from ansible_collections.stacktune.gpu.plugins.module_utils._kind_mount import unit_name
 
     assert unit_name(path) == name
+
+
+def test_journal_summary_lists_each_layer_with_what_it_holds(fakeroot):
+    journal = Journal(os.path.join(str(fakeroot), "var/lib/stacktune"))
+    assert journal.summary() == []
+    engine(fakeroot, "kernel").apply(KERNEL, "run1")
+    engine(fakeroot, "memory").apply(FILES, "run1")
+    engine(fakeroot, "memory").keep("run1", {"decision": "keep"})
+    engine(fakeroot, "kernel").restore("snapshot", "run1", {"decision": "rollback"})
+    rows = {row["layer"]: row for row in journal.summary()}
+    assert sorted(rows) == ["kernel", "memory"]
+    assert rows["memory"]["state"] == "kept"
+    assert rows["memory"]["settings"] == len(FILES)
+    assert rows["memory"]["decision"] == "keep"
+    assert rows["kernel"]["settings"] == 0
+    assert rows["kernel"]["decision"] == "rollback"
+    assert rows["kernel"]["run_id"] == "run1"
+    assert rows["kernel"]["updated"].endswith("Z")

@@ -5,7 +5,7 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._varspec import MISSING, check
+from ansible_collections.stacktune.gpu.plugins.module_utils._varspec import MISSING, RULES, check
 
 ROLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles")
 
@@ -87,3 +87,49 @@ def test_every_role_default_matches_its_own_spec(role):
     values = {k: v for k, v in defaults.items() if k in options and not (isinstance(v, str) and "{{" in v)}
     options = {k: v for k, v in options.items() if not (v or {}).get("required")}
     assert check(options, values) == []
+
+
+@pytest.mark.parametrize(
+    "name,value,message",
+    [
+        ("stacktune_journal_dir", "var/lib/stacktune", "stacktune_journal_dir must be an absolute path without '..'"),
+        ("layer_journal_dir", "/var/lib/../tmp", "layer_journal_dir must be an absolute path without '..'"),
+        ("metrics_textfile_path", "/var/lib/x.txt", "metrics_textfile_path must end in .prom"),
+        ("stacktune_bench_steps", 5, "stacktune_bench_steps must be at least 10, got 5"),
+        ("stacktune_bench_timeout", "0", "stacktune_bench_timeout must be at least 1"),
+    ],
+)
+def test_rules_the_spec_format_cannot_carry_are_checked_by_name(name, value, message):
+    spec = {name: {"type": "int" if "bench" in name else "str"}}
+    errors = check(spec, {name: value})
+    assert len(errors) == 1 and errors[0].startswith(message), errors
+
+
+@pytest.mark.parametrize(
+    "name,value",
+    [
+        ("stacktune_journal_dir", "/var/lib/stacktune"),
+        ("acceptance_journal_dir", ""),
+        ("metrics_textfile_path", "/var/lib/node_exporter/textfile_collector/stacktune.prom"),
+        ("stacktune_bench_steps", 10),
+        ("stacktune_bench_warmup", 0),
+    ],
+)
+def test_values_inside_the_rules_pass(name, value):
+    spec = {name: {"type": "int" if "bench" in name else "str"}}
+    assert check(spec, {name: value}) == []
+
+
+def test_every_rule_names_a_variable_some_role_declares():
+    declared = set()
+    for role in os.listdir(ROLES):
+        path = os.path.join(ROLES, role, "meta", "argument_specs.yml")
+        if os.path.isfile(path):
+            with open(path) as handle:
+                for entry in (yaml.safe_load(handle)["argument_specs"] or {}).values():
+                    declared.update((entry or {}).get("options") or {})
+    for pattern in RULES:
+        if pattern.startswith("*"):
+            assert any(name.endswith(pattern[1:]) for name in declared), pattern
+        else:
+            assert pattern in declared, pattern
