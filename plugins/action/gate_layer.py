@@ -133,6 +133,7 @@ class ActionModule(ActionBase):
                 "reason": "%s: not measurable on this host: none of the workloads that can see this layer (%s) "
                 "runs here" % ("keep" if keep else "rollback", ", ".join(a.get("workloads") or []) or "none declared"),
             }
+            decision["summary"] = decision["reason"]
             self._finish(decision, task_vars)
             result.update(changed=True, gate=decision, samples={"without": [], "with": []})
             return result

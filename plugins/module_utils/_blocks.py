@@ -655,7 +655,44 @@ def judge_blocks(
     return _decide(result, conf_look)
 
 
+_SHORT_NAMES = {"throughput": "throughput", "p50": "median", "tail": "tail"}
+
+
+def headline(result):
+    """The decision in one line: its cause and each dimension's measured change, no intervals.
+
+    ``reason`` keeps the intervals and the unresolved dimensions for the report; this is
+    what a run prints. The cause is the reason's first clause (every reason starts
+    ``<decision>: <cause>`` followed by ``:`` or `` (``).
+    """
+    reason = result.get("reason") or ""
+    decision = result.get("decision") or "inconclusive"
+    cause = reason.split(": ", 1)[1] if reason.startswith(decision + ": ") else reason
+    for stop in (": ", " ("):
+        cause = cause.split(stop, 1)[0]
+    changes = []
+    for dim in ("throughput", "p50", "tail"):
+        block = result.get(dim) or {}
+        if block.get("ratio") is not None:
+            changes.append("%s %+.1f%%" % (_SHORT_NAMES[dim], (block["ratio"] - 1.0) * 100.0))
+    stalls = result.get("stalls") or {}
+    if stalls.get("difference") and abs(stalls["difference"]) >= 0.0005:
+        changes.append("stalled steps %+.1f points" % (stalls["difference"] * 100.0))
+    line = "%s: %s" % (decision, cause.strip())
+    if changes:
+        line += " (%s)" % ", ".join(changes)
+    if result.get("blocks_before") is not None:
+        line += " [%d+%d blocks]" % (result["blocks_before"], result["blocks_after"])
+    return line
+
+
 def _decide(result, conf):
+    result = _decide_reason(result, conf)
+    result["summary"] = headline(result)
+    return result
+
+
+def _decide_reason(result, conf):
     v = result["verdicts"]
     policy, final = result["policy"], result["final"]
     dims = {d: result[d] for d in DIMENSIONS}
@@ -793,7 +830,13 @@ def combine(results, policy, final):
         reason = "%s, judged on %s. %s" % (decision, " and ".join(names), " | ".join(parts))
     else:
         reason = "%s (%s)" % (out["reason"], primary)
+    summary = out.get("summary") or headline(out)
+    if decision != out.get("decision"):
+        summary = "%s; %s" % (decision, summary)
+    others = [n for n in names if n != primary]
+    summary += " on %s%s" % (primary, (" (also judged on %s)" % ", ".join(others)) if others else "")
     out.update(
+        summary=summary,
         decision=decision,
         resolved=done,
         final=final,

@@ -130,3 +130,25 @@ def test_real_nccl_changes_are_rolled_back_for_what_they_do(arm, collapse):
     assert res["throughput"]["ratio"] < collapse
     assert "throughput fell" in res["reason"]
     assert res["blocks"] == {"with": 4, "without": 4}
+
+
+@pytest.mark.parametrize(
+    "effect,decision,cause",
+    [
+        (0.90, "keep", "keep: significant improvement in "),
+        (1.12, "rollback", "rollback: "),
+        (1.0, "rollback", "rollback: "),
+    ],
+)
+def test_the_one_line_summary_names_the_decision_the_changes_and_the_blocks(effect, decision, cause):
+    # On real GEMM blocks: what a run prints is one short line; the report keeps the intervals.
+    _doc, blocks = recorded("gemm")
+    result = replay(blocks, "improve", effect=effect, seed=3)
+    assert result["decision"] == decision, result["reason"]
+    summary = result["summary"]
+    assert summary.startswith(cause), summary
+    assert "CI" not in summary and len(summary) < 200, summary
+    assert "throughput " in summary and "median " in summary and "tail " in summary, summary
+    assert "[%d+%d blocks]" % (result["blocks_before"], result["blocks_after"]) in summary, summary
+    assert summary.endswith(" on w"), summary  # the replay names its workload w
+    assert len(result["reason"]) > len(summary)
