@@ -110,3 +110,14 @@ def test_public_variables_carry_the_role_prefix(role):
     defaults = _load(role, "defaults", "main.yml") or {}
     wrong = sorted(n for n in defaults if not n.startswith((role + "_", "stacktune_")))
     assert not wrong, "%s: variables without the %s_ prefix: %s" % (role, role, ", ".join(wrong))
+
+
+def test_the_layer_list_is_the_same_wherever_it_is_written():
+    # stacktune_layers (defaults, the order a run applies) is the list of the layers this
+    # collection ships (vars: __stacktune_builtin_layers, what validation accepts by short
+    # name); the argument spec's documented default is checked equal above. Each is a role.
+    default = _load("stacktune", "defaults", "main.yml")["stacktune_layers"]
+    builtin = _load("stacktune", "vars", "main.yml")["__stacktune_builtin_layers"]
+    assert default == builtin
+    for layer in builtin:
+        assert os.path.isfile(os.path.join(ROLES_DIR, layer, "meta", "argument_specs.yml")), layer
