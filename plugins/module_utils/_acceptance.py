@@ -33,10 +33,6 @@ __metaclass__ = type
 import json
 import math
 import os
-import shutil
-import signal
-import subprocess
-import tempfile
 import time
 
 from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import atomic_write
@@ -49,6 +45,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils._journal import Jour
 from ansible_collections.stacktune.gpu.plugins.module_utils._metrics import escape_label, format_value
 from ansible_collections.stacktune.gpu.plugins.module_utils._stats import summarize
 from ansible_collections.stacktune.gpu.plugins.module_utils._topology import decode_clocks_event_reasons
+from ansible_collections.stacktune.gpu.plugins.module_utils._workloads import private_program, run_process
 
 PROGRAM_VERSION = 2
 MIN_ROUNDS = 3
@@ -907,48 +904,20 @@ def run_program(python, config, env, timeout):
     """Run PROGRAM with ``python`` in a private temporary folder (mode 0700; program and
     config files mode 0600; argv list, no shell). Returns rc, stdout, stderr, report (the
     parsed JSON report or None) and timed_out. The folder is removed afterwards."""
-    tmpdir = tempfile.mkdtemp(prefix="stacktune-acceptance-")
-    try:
-        os.chmod(tmpdir, 0o700)
-        fd, prog = tempfile.mkstemp(prefix="acceptance_", suffix=".py", dir=tmpdir)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(PROGRAM)
+    with private_program(PROGRAM, "stacktune-acceptance-", "acceptance.py") as (tmpdir, prog):
         config = dict(config)
         config["result_path"] = os.path.join(tmpdir, "report.json")
-        fd, cfg_path = tempfile.mkstemp(prefix="config_", suffix=".json", dir=tmpdir)
+        fd = os.open(os.path.join(tmpdir, "config.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
             json.dump(config, fh)
-        proc = subprocess.Popen(
-            [python, prog, cfg_path],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            cwd=tmpdir,
-            start_new_session=True,
+        rc, out, err, timed_out = run_process(
+            [python, prog, os.path.join(tmpdir, "config.json")], env, timeout, cwd=tmpdir
         )
-        timed_out = False
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                proc.kill()
-            out, err = proc.communicate()
         report = None
         if os.path.exists(config["result_path"]):
             with open(config["result_path"]) as fh:
                 report = json.load(fh)
-        return {
-            "rc": proc.returncode,
-            "stdout": out.decode("utf-8", "replace"),
-            "stderr": err.decode("utf-8", "replace"),
-            "report": report,
-            "timed_out": timed_out,
-        }
-    finally:
-        shutil.rmtree(tmpdir, ignore_errors=True)
+        return {"rc": rc, "stdout": out, "stderr": err, "report": report, "timed_out": timed_out}
 
 
 def decide(run, timeout, **evaluate_kwargs):

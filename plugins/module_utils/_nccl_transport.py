@@ -23,10 +23,8 @@ __metaclass__ = type
 
 import os
 import re
-import shutil
-import signal
-import subprocess
-import tempfile
+
+from ansible_collections.stacktune.gpu.plugins.module_utils._workloads import private_program, run_process
 
 CHANNEL = re.compile(
     r"Channel (?P<channel>\d+)(?:/\d+)? : (?P<src>\d+)\[(?P<src_dev>\d+)\] -> (?P<dst>\d+)\[(?P<dst_dev>\d+)\]"
@@ -177,36 +175,13 @@ def verdict(parsed, rc=0, timed_out=False):
 
 def run(python, max_ranks=8, env=None, timeout=300):
     """Run :data:`PROGRAM` with ``python`` in a private temporary folder; ``{rc, output, timed_out}``."""
-    tmpdir = tempfile.mkdtemp(prefix="stacktune-nccl-")
-    try:
-        os.chmod(tmpdir, 0o700)
-        prog = os.path.join(tmpdir, "nccl_transport.py")
-        with open(prog, "w") as handle:
-            handle.write(PROGRAM)
-        full_env = dict(os.environ)
-        full_env.update({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", "PYTHONUNBUFFERED": "1"})
-        full_env.update(env or {})
-        proc = subprocess.Popen(
-            [python, prog, str(int(max_ranks))],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=full_env,
-            cwd=tmpdir,
-            start_new_session=True,
-        )
-        timed_out = False
-        try:
-            out, _err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                proc.kill()
-            out, _err = proc.communicate()
-        return {"rc": proc.returncode, "output": out.decode("utf-8", "replace"), "timed_out": timed_out}
-    finally:
-        shutil.rmtree(tmpdir, ignore_errors=True)
+    full_env = dict(os.environ)
+    full_env.update({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", "PYTHONUNBUFFERED": "1"})
+    full_env.update(env or {})
+    with private_program(PROGRAM, "stacktune-nccl-", "nccl_transport.py") as (tmpdir, prog):
+        rc, out, err, timed_out = run_process([python, prog, str(int(max_ranks))], full_env, timeout, cwd=tmpdir)
+    # NCCL logs to stdout, Python's errors go to stderr: the parser reads lines from both
+    return {"rc": rc, "output": out + ("\n" + err if err else ""), "timed_out": timed_out}
 
 
 def check(python, max_ranks=8, env=None, timeout=300):

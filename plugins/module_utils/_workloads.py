@@ -31,6 +31,7 @@ import math
 import mmap
 import os
 import random
+import shutil
 import signal
 import socket
 import struct
@@ -341,6 +342,26 @@ class Monitor:
                 self.nvml.nvmlShutdown()
             self.nvml = None
         return {"before": self.before, "after": self.after, "during": self.during, "nvml": self.nvml_status}
+
+
+@contextlib.contextmanager
+def private_program(source, prefix, name="program.py"):
+    """A private folder (mode 0700) holding ``source`` as ``name`` (mode 0600).
+
+    Yields ``(folder, path)``; the folder and everything the program left in it are
+    removed afterwards. Every program stacktune runs on a host (workloads, acceptance,
+    the NCCL transport check) runs from one of these, through :func:`run_process`.
+    """
+    folder = tempfile.mkdtemp(prefix=prefix)
+    try:
+        os.chmod(folder, 0o700)
+        path = os.path.join(folder, name)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(source)
+        yield folder, path
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def run_process(argv, env, timeout, cpus=None, cwd=None):

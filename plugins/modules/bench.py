@@ -263,9 +263,7 @@ skipped:
 """
 
 import os
-import shutil
 import sys
-import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -342,18 +340,11 @@ def run_builtin(params):
     requested = params["workload"]
     env = dict(os.environ)
     env.update(params["env"])
-    tmpdir = tempfile.mkdtemp(prefix="stacktune-bench-")  # mode 0700
-    try:
-        path = os.path.join(tmpdir, PROGRAM_NAME)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(workload_source())
+    with _workloads.private_program(workload_source(), "stacktune-bench-", PROGRAM_NAME) as (tmpdir, path):
         argv = [python, path, program_args(params, requested)]
         started = time.time()
         rc, out, err = run_process("workload %s" % requested, argv, env, params["timeout"], cwd=tmpdir)
         elapsed = time.time() - started
-    finally:
-        shutil.rmtree(tmpdir, ignore_errors=True)
     try:
         doc = parse_program_output(out)
     except ValueError as exc:

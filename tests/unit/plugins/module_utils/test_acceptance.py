@@ -13,6 +13,7 @@ import copy
 import json
 import os
 import stat
+import subprocess
 import sys
 
 import pytest
@@ -358,7 +359,7 @@ def test_program_compiles_and_without_torch_says_no_gpu():
 
 def test_run_program_files_are_private_and_removed(tmp_path, monkeypatch):
     seen = {}
-    real_popen = acc.subprocess.Popen
+    real_popen = subprocess.Popen
 
     def spy(argv, **kw):
         prog, cfg = argv[1], argv[2]
@@ -368,7 +369,7 @@ def test_run_program_files_are_private_and_removed(tmp_path, monkeypatch):
         seen["argv0"] = argv[0]
         return real_popen([sys.executable, "-c", "pass"], **kw)
 
-    monkeypatch.setattr(acc.subprocess, "Popen", spy)
+    monkeypatch.setattr(subprocess, "Popen", spy)
     run = acc.run_program("/opt/torch/python", acc.build_config(), {"PATH": os.environ.get("PATH", "")}, 30)
     assert seen["modes"] == (0o600, 0o600)
     assert seen["dir_mode"] == 0o700
