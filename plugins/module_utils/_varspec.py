@@ -39,9 +39,10 @@ TYPE_WORDS = {
 # or by ``*suffix`` for every variable whose name ends so; an exact name wins. check_vars
 # applies them wherever a role's spec declares the variable.
 RULES = {
-    "*_journal_dir": {"absolute": True},
+    # a role's journal directory follows stacktune_journal_dir unless it is set itself
+    "*_journal_dir": {"absolute": True, "follows": "stacktune_journal_dir"},
     # empty writes no acceptance record
-    "acceptance_journal_dir": {"absolute": True, "empty_ok": True},
+    "acceptance_journal_dir": {"absolute": True, "empty_ok": True, "follows": "stacktune_journal_dir"},
     "metrics_textfile_path": {"absolute": True, "endswith": ".prom"},
     "stacktune_bench_steps": {"min": 10},
     "stacktune_bench_warmup": {"min": 0},
@@ -61,6 +62,8 @@ def rule_for(name):
 
 def _check_rule(name, rule, value, errors):
     given = "got %s" % _shown(value)
+    if rule.get("follows") and rule["follows"] != name:
+        given += " (by default it is %s)" % rule["follows"]
     if rule.get("absolute"):
         text = str(value)
         if text == "" and rule.get("empty_ok"):

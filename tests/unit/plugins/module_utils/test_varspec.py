@@ -105,6 +105,14 @@ def test_rules_the_spec_format_cannot_carry_are_checked_by_name(name, value, mes
     assert len(errors) == 1 and errors[0].startswith(message), errors
 
 
+def test_a_derived_variable_names_the_variable_it_follows():
+    errors = check({"metrics_journal_dir": {"type": "str"}}, {"metrics_journal_dir": "var/lib/x"})
+    assert errors == [
+        "metrics_journal_dir must be an absolute path without '..', got 'var/lib/x'"
+        " (by default it is stacktune_journal_dir)"
+    ]
+
+
 @pytest.mark.parametrize(
     "name,value",
     [
