@@ -220,6 +220,19 @@ def read_file(path):
         return handle.read()
 
 
+# How every playbook of the driver runs: the collection and roles of this working tree, the
+# containers through the podman connection plugin.
+ANSIBLE_ENV = {
+    "ANSIBLE_CONFIG": os.path.join(REPO, "ansible.cfg"),
+    "ANSIBLE_COLLECTIONS_PATH": os.path.join(REPO, "collections"),
+    "ANSIBLE_ROLES_PATH": os.path.join(REPO, "roles"),
+    "ANSIBLE_CONNECTION_PLUGINS": CONNECTION_PLUGINS,
+    "ANSIBLE_FORCE_COLOR": "0",
+    "ANSIBLE_NOCOLOR": "1",
+    "ANSIBLE_FORKS": "20",
+}
+
+
 class Failure(Exception):
     pass
 
@@ -291,17 +304,7 @@ class Driver(object):
             ),
         ] + list(args)
         full_env = dict(os.environ)
-        full_env.update(
-            {
-                "ANSIBLE_CONFIG": os.path.join(REPO, "ansible.cfg"),
-                "ANSIBLE_COLLECTIONS_PATH": os.path.join(REPO, "collections"),
-                "ANSIBLE_ROLES_PATH": os.path.join(REPO, "roles"),
-                "ANSIBLE_CONNECTION_PLUGINS": CONNECTION_PLUGINS,
-                "ANSIBLE_FORCE_COLOR": "0",
-                "ANSIBLE_NOCOLOR": "1",
-                "ANSIBLE_FORKS": "20",
-            }
-        )
+        full_env.update(ANSIBLE_ENV)
         if callback:
             full_env["ANSIBLE_STDOUT_CALLBACK"] = callback
         full_env.update(env or {})
@@ -318,6 +321,38 @@ class Driver(object):
             "started": time.time(),
         }
         return self.finish(run) if wait else run
+
+    def runner(self, name, playbook, inventory, extra=None, args=()):
+        """The run as AWX and schedulers make it: through ansible-runner, read from its events."""
+        import ansible_runner  # only this phase needs it (requirements-test.txt)
+
+        private = os.path.join(self.work, "runner-" + name)
+        os.makedirs(private)
+        reports = os.path.join(self.work, "reports-" + name)
+        started = time.time()
+        result = ansible_runner.run(
+            private_data_dir=private,
+            playbook=os.path.join(REPO, playbook),
+            inventory=inventory,
+            extravars=dict(
+                {"stacktune_report_dir": reports, "stacktune_run_id": name, "stacktune_serial": ["100%"]},
+                **(extra or {}),
+            ),
+            envvars=dict(ANSIBLE_ENV, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")),
+            cmdline=" ".join(args) or None,
+            quiet=True,
+        )
+        self.logs.extend(
+            os.path.join(root, f) for root, _dirs, files in os.walk(os.path.join(private, "artifacts")) for f in files
+        )
+        return {
+            "rc": result.rc,
+            "status": result.status,
+            "events": list(result.events),
+            "reports": os.path.join(reports, name),
+            "name": name,
+            "seconds": time.time() - started,
+        }
 
     @staticmethod
     def finish(run, timeout=900):
@@ -458,6 +493,11 @@ class Driver(object):
         check(predicted["rc"] == 0, "check run failed:\n" + predicted["out"][-3000:])
         check(self.state_hash(REF) == pre[REF], "check mode changed the host")
         check(not self.untouched(REF), "check mode created the journal")
+        events = self.timed(
+            "check-runner", self.runner("check-runner", TUNE, self.inventory("check-runner", [REF]), args=["--check"])
+        )
+        self.check_events(events, predicted)
+        check(self.state_hash(REF) == pre[REF], "check mode through ansible-runner changed the host")
         tuned = self.timed(
             "tune", self.playbook("tune", TUNE, self.inventory("tune", ALL, host_vars), env=self.kill_env(KILLS))
         )
@@ -499,6 +539,51 @@ class Driver(object):
             "output: the check run printed the plan (%d layers with changes) and what each layer would change; "
             "the tune run gave every layer's decision; both named their report" % len(plan)
         )
+
+    def check_events(self, run, predicted):
+        """What a scheduler reads from ansible-runner: the plan, each layer's outcome and the report path."""
+        check(
+            run["rc"] == 0 and run["status"] == "successful", "runner check run: %s rc=%s" % (run["status"], run["rc"])
+        )
+
+        def messages(task):
+            return [
+                e["event_data"]["res"].get("msg")
+                for e in run["events"]
+                if e.get("event") == "runner_on_ok"
+                and e["event_data"].get("task") == task
+                and e["event_data"].get("host") == REF
+            ]
+
+        plan = messages("Show the plan - what each layer will change, and what another file overrides at the next boot")
+        outcome = messages("Show the outcome per layer")
+        check(len(plan) == 1 and len(outcome) == 1, "runner events hold no plan or outcome: %s %s" % (plan, outcome))
+        planned = {line.split(":")[0]: line for line in plan[0] if not line.startswith(" ")}
+        told = {line.split(":")[0]: line for line in outcome[0]}
+        check(sorted(planned) == sorted(LAYERS), "the plan event does not list every layer: %s" % plan[0])
+        check(sorted(told) == sorted(LAYERS), "the outcome event does not give every layer: %s" % outcome[0])
+        # the structured plan says the same as the report and the text output of the same check
+        report = self.report(run, REF)
+        for layer in report["layers"]:
+            n = len([r for r in layer["settings"] if r["changed"]])
+            want = ("would change %d setting(s)" % n) if n else "nothing to change"
+            check(want in told[layer["layer"]], "runner outcome of %s: %s (report: %d)" % (layer["layer"], told, n))
+            check(("%d to change" % n if n else "nothing to change") in planned[layer["layer"]], "plan of %s" % layer)
+            check("    %s: %s" % (layer["layer"], want) in predicted["out"], "text and events disagree on %s" % layer)
+        stats = [e for e in run["events"] if e.get("event") == "playbook_on_stats"]
+        artifacts = stats[-1]["event_data"].get("artifact_data") or {} if stats else {}
+        reports = artifacts.get("stacktune_reports") or []
+        check(
+            any(("%s/%s.md" % (run["name"], REF)) in line for line in reports),
+            "the stats event does not name the report: %s" % artifacts,
+        )
+        changed = sum(1 for layer in report["layers"] for r in layer["settings"] if r["changed"])
+        print(
+            "events: through ansible-runner, the check run's events held the plan and the outcome of all %d layers "
+            "(%d settings would change, as in the report and the text output) and the stats named the report"
+            % (len(LAYERS), changed)
+        )
+        self.counts["runner_events"] = len(run["events"])
 
     def check_fidelity(self, predicted, real):
         layers, settings = 0, 0
