@@ -30,6 +30,7 @@ extends_documentation_fragment:
   - default_callback
 """
 
+import json
 import time
 
 from ansible import context
@@ -42,6 +43,12 @@ def _get(result, name):
     if value is not None:
         return getattr(result, name)
     return getattr(result, "_" + name)
+
+
+# keys of a debug result that are not the variable a debug: var= task shows
+_NOT_A_VAR = frozenset(
+    ("changed", "failed", "skipped", "skip_reason", "item", "ansible_loop_var", "ansible_index_var", "ansible_loop")
+)
 
 
 class CallbackModule(DefaultCallback):
@@ -72,7 +79,13 @@ class CallbackModule(DefaultCallback):
         if isinstance(msg, (list, tuple)):
             return [str(m) for m in msg]
         if msg is None:
-            return []
+            # debug: var=NAME returns {NAME: value}
+            shown = {k: v for k, v in res.items() if k not in _NOT_A_VAR and not k.startswith("_ansible")}
+            lines = []
+            for name in sorted(shown):
+                text = json.dumps(shown[name], indent=2, sort_keys=True, default=str)
+                lines.extend(("%s: %s" % (name, text)).splitlines())
+            return lines
         return [str(msg)]
 
     # ------------------------------------------------------------------ plays and tasks

@@ -86,3 +86,14 @@ def test_the_recap_keeps_ansibles_line_format_and_names_reports_and_next_steps(c
 def test_no_hosts_matched_says_what_to_do(callback):
     callback.v2_playbook_on_no_hosts_matched()
     assert "make tune" in callback.lines[0] and "-i inventories/local/hosts.yml" in callback.lines[0]
+
+
+def test_a_debug_var_task_shows_its_variable(callback):
+    host = Host("gpu01")
+    shown = task("Show what the journal holds", "ansible.builtin.debug")
+    data = {"held.layers": [{"layer": "kernel", "state": "kept"}], "changed": False, "_ansible_verbose_always": True}
+    callback.v2_runner_on_ok(result(host, shown, data))
+    out = "\n".join(callback.lines)
+    assert "    held.layers: [" in out
+    assert '"layer": "kernel"' in out
+    assert "_ansible" not in out and "changed" not in out
