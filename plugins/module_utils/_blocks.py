@@ -661,8 +661,9 @@ _SHORT_NAMES = {"throughput": "throughput", "p50": "median", "tail": "tail"}
 def headline(result):
     """The decision in one line: its cause and each dimension's measured change, no intervals.
 
-    ``reason`` keeps the intervals and the unresolved dimensions for the report; this is
-    what a run prints. The cause is the reason's first clause (every reason starts
+    ``reason`` keeps the intervals for the report; this is what a run prints. A change the
+    blocks could not tell from their noise carries the noise band, so that a point estimate
+    is not read as a measured effect. The cause is the reason's first clause (every reason starts
     ``<decision>: <cause>`` followed by ``:`` or `` (``).
     """
     reason = result.get("reason") or ""
@@ -670,14 +671,21 @@ def headline(result):
     cause = reason.split(": ", 1)[1] if reason.startswith(decision + ": ") else reason
     for stop in (": ", " ("):
         cause = cause.split(stop, 1)[0]
+    verdicts = result.get("verdicts") or {}
     changes = []
     for dim in ("throughput", "p50", "tail"):
         block = result.get(dim) or {}
         if block.get("ratio") is not None:
-            changes.append("%s %+.1f%%" % (_SHORT_NAMES[dim], (block["ratio"] - 1.0) * 100.0))
+            change = "%s %+.1f%%" % (_SHORT_NAMES[dim], (block["ratio"] - 1.0) * 100.0)
+            if verdicts.get(dim) == "unknown" and block.get("resolution") is not None:
+                change += " (noise +-%.1f%%)" % (block["resolution"] * 100.0)
+            changes.append(change)
     stalls = result.get("stalls") or {}
     if stalls.get("difference") and abs(stalls["difference"]) >= 0.0005:
-        changes.append("stalled steps %+.1f points" % (stalls["difference"] * 100.0))
+        change = "stalled steps %+.1f points" % (stalls["difference"] * 100.0)
+        if verdicts.get("stalls") == "unknown" and stalls.get("resolution") is not None:
+            change += " (noise +-%.1f)" % (stalls["resolution"] * 100.0)
+        changes.append(change)
     line = "%s: %s" % (decision, cause.strip())
     if changes:
         line += " (%s)" % ", ".join(changes)

@@ -152,3 +152,14 @@ def test_the_one_line_summary_names_the_decision_the_changes_and_the_blocks(effe
     assert "[%d+%d blocks]" % (result["blocks_before"], result["blocks_after"]) in summary, summary
     assert summary.endswith(" on w"), summary  # the replay names its workload w
     assert len(result["reason"]) > len(summary)
+
+
+def test_a_change_within_the_noise_carries_its_noise_band_in_the_summary():
+    # Real DataLoader blocks are too noisy to resolve a 1% change in 4+4 blocks: the point
+    # estimates are printed with the band they sit in, so "keep" next to them does not read
+    # as a measured effect.
+    _doc, blocks = recorded("dataloader")
+    result = replay(blocks[:8], "no_regression", effect=1.01, seed=5)
+    unknown = [d for d in ("throughput", "p50", "tail") if result["verdicts"][d] == "unknown"]
+    assert unknown, result["reason"]
+    assert "(noise +-" in result["summary"], result["summary"]
