@@ -380,7 +380,10 @@ class Engine(object):
             and entry["state"] == "rolled_back"
             and _same_settings(entry.get("rejected"), settings)
         ):
-            note = "the gate rolled these settings back in run %s; not re-applied (set retry_rejected to measure again)"
+            note = (
+                "the gate rolled these settings back in run %s; not re-applied "
+                "(-e stacktune_retry_rejected=true, the module's retry_rejected, measures them again)"
+            )
             return self._summary("present", [], unsupported, entry, note=note % entry.get("run_id"))
         new_ids = {s["id"] for s in settings}
         previous = entry["settings"] if entry["state"] in ACTIVE_STATES else []
