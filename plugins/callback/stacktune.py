@@ -45,12 +45,6 @@ def _get(result, name):
     return getattr(result, "_" + name)
 
 
-# keys of a debug result that are not the variable a debug: var= task shows
-_NOT_A_VAR = frozenset(
-    ("changed", "failed", "skipped", "skip_reason", "item", "ansible_loop_var", "ansible_index_var", "ansible_loop")
-)
-
-
 class CallbackModule(DefaultCallback):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "stdout"
@@ -74,18 +68,16 @@ class CallbackModule(DefaultCallback):
             self._display.display(" " * len(prefix) + line, color=color)
 
     @staticmethod
-    def _messages(res):
+    def _messages(res, var=None):
         msg = res.get("msg")
         if isinstance(msg, (list, tuple)):
             return [str(m) for m in msg]
-        if msg is None:
+        if msg is None and var and var in res:
             # debug: var=NAME returns {NAME: value}
-            shown = {k: v for k, v in res.items() if k not in _NOT_A_VAR and not k.startswith("_ansible")}
-            lines = []
-            for name in sorted(shown):
-                text = json.dumps(shown[name], indent=2, sort_keys=True, default=str)
-                lines.extend(("%s: %s" % (name, text)).splitlines())
-            return lines
+            text = json.dumps(res[var], indent=2, sort_keys=True, default=str)
+            return ("%s: %s" % (var, text)).splitlines()
+        if msg is None:
+            return []
         return [str(msg)]
 
     # ------------------------------------------------------------------ plays and tasks
@@ -157,7 +149,8 @@ class CallbackModule(DefaultCallback):
         self._handle(result)
         if task.action in ("debug", "ansible.builtin.debug", "ansible.legacy.debug"):
             items = [r for r in res.get("results") or [] if isinstance(r, dict) and not r.get("skipped")]
-            lines = [line for r in items for line in self._messages(r)] if items else self._messages(res)
+            var = (task.args or {}).get("var")
+            lines = [line for r in items for line in self._messages(r, var)] if items else self._messages(res, var)
             if lines:
                 self._say(self._task_name(result), color="cyan", host=host)
                 for line in lines:

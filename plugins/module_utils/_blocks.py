@@ -655,7 +655,7 @@ def judge_blocks(
     return _decide(result, conf_look)
 
 
-_SHORT_NAMES = {"throughput": "throughput", "p50": "median", "tail": "tail"}
+_SHORT_NAMES = {"throughput": "throughput", "p50": "median step", "tail": "tail"}
 
 
 def headline(result):
@@ -668,9 +668,12 @@ def headline(result):
     """
     reason = result.get("reason") or ""
     decision = result.get("decision") or "inconclusive"
-    cause = reason.split(": ", 1)[1] if reason.startswith(decision + ": ") else reason
-    for stop in (": ", " ("):
-        cause = cause.split(stop, 1)[0]
+    if reason.startswith(decision + ": "):
+        cause = reason.split(": ", 1)[1]
+        for stop in (": ", " ("):
+            cause = cause.split(stop, 1)[0]
+    else:  # a reason of another form ("not judged: <why>") is kept whole
+        cause = reason
     verdicts = result.get("verdicts") or {}
     changes = []
     for dim in ("throughput", "p50", "tail"):
@@ -690,7 +693,7 @@ def headline(result):
     if changes:
         line += " (%s)" % ", ".join(changes)
     if result.get("blocks_before") is not None:
-        line += " [%d+%d blocks]" % (result["blocks_before"], result["blocks_after"])
+        line += " [%d+%d blocks]" % (result["blocks_before"], result.get("blocks_after") or 0)
     return line
 
 

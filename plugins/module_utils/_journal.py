@@ -124,13 +124,16 @@ class Journal(object):
         directory = os.path.join(self.directory, "layers")
         if not os.path.isdir(directory):
             return []
-        return sorted(name[:-5] for name in os.listdir(directory) if name.endswith(".json"))
+        # a file whose name is no layer name (a copy, an editor's backup) is not a layer
+        return sorted(
+            name[:-5] for name in os.listdir(directory) if name.endswith(".json") and _LAYER.match(name[:-5])
+        )
 
     def summary(self):
         """One row per journaled layer: what it holds now and what last happened to it.
 
         This is the one reader of the journal's layout for playbooks (drift, verify and
-        rollback list the layers through ``host_settings: state: list``).
+        rollback list the layers through the ``journal_info`` module).
         """
         rows = []
         for layer in self.layers():

@@ -57,10 +57,19 @@ def test_main_entry_point_exists(role):
     assert "main" in _entry_points(role), "%s: argument_specs has no main entry point" % role
 
 
+# Entry points that read only a few of the role's variables and check only those: a wrong
+# tuning variable must not stop the recovery path (verify, drift, rollback).
+NARROW_ENTRY_POINTS = {("stacktune", "verify"), ("stacktune", "drift"), ("stacktune", "rollback")}
+
+
 @pytest.mark.parametrize("role", ROLES)
 def test_every_default_is_documented_in_every_entry_point(role):
     defaults = _load(role, "defaults", "main.yml") or {}
     for entry, spec in _entry_points(role).items():
+        if (role, entry) in NARROW_ENTRY_POINTS:
+            options = (spec or {}).get("options") or {}
+            assert set(options) <= set(defaults), "%s: %s documents what it does not default" % (role, entry)
+            continue
         options = (spec or {}).get("options") or {}
         missing = sorted(set(defaults) - set(options))
         assert not missing, "%s: entry point %s does not describe %s" % (role, entry, ", ".join(missing))

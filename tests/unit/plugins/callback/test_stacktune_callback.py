@@ -91,9 +91,24 @@ def test_no_hosts_matched_says_what_to_do(callback):
 def test_a_debug_var_task_shows_its_variable(callback):
     host = Host("gpu01")
     shown = task("Show what the journal holds", "ansible.builtin.debug")
+    shown.args = {"var": "held.layers"}
     data = {"held.layers": [{"layer": "kernel", "state": "kept"}], "changed": False, "_ansible_verbose_always": True}
     callback.v2_runner_on_ok(result(host, shown, data))
     out = "\n".join(callback.lines)
     assert "    held.layers: [" in out
     assert '"layer": "kernel"' in out
     assert "_ansible" not in out and "changed" not in out
+
+
+def test_a_looped_debug_var_shows_the_variable_asked_for(callback):
+    host = Host("gpu01")
+    shown = task("Show each layer", "ansible.builtin.debug")
+    shown.args = {"var": "item"}
+    items = [
+        {"item": "kernel", "idx": 0, "ansible_loop_var": "item", "ansible_index_var": "idx", "changed": False},
+        {"item": "nccl", "idx": 1, "ansible_loop_var": "item", "ansible_index_var": "idx", "changed": False},
+    ]
+    callback.v2_runner_on_ok(result(host, shown, {"results": items, "changed": False}))
+    out = "\n".join(callback.lines)
+    assert '    item: "kernel"' in out and '    item: "nccl"' in out
+    assert "idx" not in out

@@ -148,7 +148,7 @@ def test_the_one_line_summary_names_the_decision_the_changes_and_the_blocks(effe
     summary = result["summary"]
     assert summary.startswith(cause), summary
     assert "CI" not in summary and len(summary) < 200, summary
-    assert "throughput " in summary and "median " in summary and "tail " in summary, summary
+    assert "throughput " in summary and "median step " in summary and "tail " in summary, summary
     assert "[%d+%d blocks]" % (result["blocks_before"], result["blocks_after"]) in summary, summary
     assert summary.endswith(" on w"), summary  # the replay names its workload w
     assert len(result["reason"]) > len(summary)

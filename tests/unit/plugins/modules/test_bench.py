@@ -72,7 +72,9 @@ def test_check_mode_runs_when_asked(capsys):
         ("cpu_train_step", 8, "samples/s"),
     ],
 )
-def test_cpu_workloads(capsys, workload, size, unit):
+def test_cpu_workloads(capsys, monkeypatch, tmp_path, workload, size, unit):
+    # a temporary folder of this test's own: a bench run elsewhere on the machine cannot interfere
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     before = bench_dirs()
     failed, res = run_module(capsys, workload=workload, steps=15, warmup=3, size=size, workers=2)
     assert not failed, res
