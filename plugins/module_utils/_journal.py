@@ -125,9 +125,7 @@ class Journal(object):
         if not os.path.isdir(directory):
             return []
         # a file whose name is no layer name (a copy, an editor's backup) is not a layer
-        return sorted(
-            name[:-5] for name in os.listdir(directory) if name.endswith(".json") and _LAYER.match(name[:-5])
-        )
+        return sorted(name[:-5] for name in os.listdir(directory) if name.endswith(".json") and _LAYER.match(name[:-5]))
 
     def summary(self):
         """One row per journaled layer: what it holds now and what last happened to it.
