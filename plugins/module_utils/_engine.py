@@ -55,7 +55,10 @@ KINDS = {
         NvmlKind(),
     )
 }
-ACTIVE_STATES = ("applying", "applied", "kept")
+ACTIVE_STATES = ("applying", "applied", "suspended", "kept")
+# States a run leaves only while it works: found by another run (or by an apply), the
+# layer is put back to its snapshot first (``recover``).
+INTERRUPTED_STATES = ("applying", "applied", "suspended")
 
 
 def now():
@@ -343,27 +346,70 @@ class Engine(object):
         return row
 
     # ------------------------------------------------------------------ apply
+    def suspend(self, run_id):
+        """Switch an applied layer off for one measurement block.
+
+        The host goes back to the layer's snapshot (the state before its apply in this run);
+        the journal keeps the layer's settings and that snapshot, in state ``suspended``, so
+        ``reapply`` switches it on again and an interruption puts it back without a verdict.
+        """
+        layer = self.ctx.layer
+        entry = self.journal.load(layer)
+        if entry is None or entry["state"] not in ("applied", "suspended") or not entry.get("snapshot"):
+            raise SpecError("layer %s has no settings applied in this run to switch off" % layer)
+        if entry["state"] == "suspended":
+            return self._summary("suspended", [], [], entry, changed=False, note="layer %s is off already" % layer)
+        result = self.restore("snapshot", run_id, entry=entry, recovering=True)
+        if not self.check_mode:
+            entry = self.journal.load(layer)
+            entry["state"] = "suspended"
+            entry["history"].append({"time": now(), "run_id": run_id, "action": "suspend"})
+            self.journal.save(entry)
+        result["action"] = "suspended"
+        result["layer_state"] = "suspended"
+        return result
+
     def reapply(self, run_id):
-        """Put back the settings the gate just took off (``restore('snapshot')``) to measure them again.
+        """Switch a layer that ``suspend`` took off on again, to measure it again.
 
         The gate's balanced schedule toggles a layer off and on through here, so every toggle
         is journaled, snapshotted and verified like any apply.
         """
         entry = self.journal.load(self.ctx.layer)
-        if entry is None or not entry.get("rejected"):
-            raise SpecError("layer %s has no settings taken off by the gate to put back" % self.ctx.layer)
-        return self.apply(None, run_id, rejected=copy.deepcopy(entry["rejected"]))
+        if entry is None or entry["state"] != "suspended":
+            raise SpecError("layer %s is not switched off for a measurement; nothing to put back on" % self.ctx.layer)
+        return self.apply(None, run_id, given=copy.deepcopy(entry["settings"]))
 
-    def apply(self, specs, run_id, from_journal=False, rejected=None):
+    def interrupt(self, run_id, reason):
+        """Put a layer this run was measuring back to its snapshot, because the run stopped.
+
+        The journal records the interruption, never a gate verdict: the next run measures
+        the layer again. A layer that is not being measured (kept, rolled back) is left as is.
+        """
+        result = self.recover(run_id, states=INTERRUPTED_STATES, reason=reason, own=True)
+        result["action"] = "interrupted"
+        return result
+
+    def apply(self, specs, run_id, from_journal=False, given=None):
         layer = self.ctx.layer
         entry = self.journal.load(layer) or new_entry(layer)
-        interrupted = entry["state"] == "applying" and entry.get("snapshot")
+        resuming = given is not None and entry["state"] == "suspended"
+        # a layer a run left mid-apply, switched off or unjudged goes back to its snapshot first
+        # (the tune flow's run_lock does it for every layer; a real apply does it for its own)
+        interrupted = (
+            not resuming
+            and entry.get("snapshot")
+            and (
+                entry["state"] in ("applying", "suspended")
+                or (self.check_mode and entry["state"] == "applied" and entry.get("run_id") != run_id)
+            )
+        )
         if interrupted and not self.check_mode:
-            self.recover(run_id, entry=entry, states=("applying",))
+            self.recover(run_id, entry=entry, states=("applying", "suspended"), own=True)
             entry = self.journal.load(layer) or new_entry(layer)
             interrupted = False
-        if rejected is not None:
-            settings, unsupported = rejected, []
+        if given is not None:
+            settings, unsupported = given, []
         elif from_journal:
             if entry["state"] not in ACTIVE_STATES:
                 return self._summary(
@@ -375,7 +421,7 @@ class Engine(object):
             self.check_ownership(layer, settings)
         if (
             not from_journal
-            and rejected is None
+            and given is None
             and not self.retry_rejected
             and entry["state"] == "rolled_back"
             and _same_settings(entry.get("rejected"), settings)
@@ -384,9 +430,14 @@ class Engine(object):
                 "the gate rolled these settings back in run %s; not re-applied "
                 "(-e stacktune_retry_rejected=true, the module's retry_rejected, measures them again)"
             )
-            return self._summary("present", [], unsupported, entry, note=note % entry.get("run_id"))
+            return self._summary(
+                "present", [], unsupported, entry, note=note % entry.get("rejected_by", entry.get("run_id"))
+            )
         new_ids = {s["id"] for s in settings}
-        previous = entry["settings"] if entry["state"] in ACTIVE_STATES else []
+        if resuming:
+            previous = entry["snapshot"]["settings"]  # what the host holds while the layer is off
+        else:
+            previous = entry["settings"] if entry["state"] in ACTIVE_STATES else []
         removed = [s for s in previous if s["id"] not in new_ids]
 
         before = {s["id"]: self.observe(s) for s in settings}
@@ -437,7 +488,7 @@ class Engine(object):
             unit, _err = self._unit(s)
             if unit is not None:
                 involved_units.setdefault(unit_key(unit), unit)
-        if entry["state"] != "applying" or not entry.get("snapshot"):
+        if entry["state"] not in ("applying", "suspended") or not entry.get("snapshot"):
             entry["snapshot"] = {
                 "state": entry["state"],
                 "settings": copy.deepcopy(previous),
@@ -499,6 +550,7 @@ class Engine(object):
             entry["snapshot"] = None
         entry["settings"] = settings
         entry.pop("pending", None)
+        entry.pop("interrupted", None)
         if not settings:
             entry["original"] = {"live": {}, "units": {}}
             entry["state"] = "restored"
@@ -580,13 +632,16 @@ class Engine(object):
         return unit_changes, live_changes
 
     # ------------------------------------------------------------------ recover
-    def recover(self, run_id, entry=None, states=("applying", "applied")):
-        """Put back a layer that an interrupted run left mid-apply or never judged.
+    def recover(self, run_id, entry=None, states=INTERRUPTED_STATES, reason=None, own=False):
+        """Put back a layer that a run left mid-apply, switched off, or never judged.
 
-        A layer in state ``applying`` (killed while writing) or ``applied`` by another run
-        (killed before the gate decided) returns to the snapshot taken before that apply,
-        and the journal returns to the state it had then, so the next apply starts from
-        the same place an uninterrupted run did. Nothing is marked rejected.
+        A layer in state ``applying`` (killed while writing), ``suspended`` (switched off for
+        a measurement block) or ``applied`` (killed before the gate decided) returns to the
+        snapshot taken before that apply, and the journal returns to the state it had then,
+        so the next apply starts from the same place an uninterrupted run did. The journal
+        records the interruption (``interrupted``: which run, when, why); nothing is marked
+        rejected, so the next run measures the layer again. Without ``own``, a layer that
+        run_id itself applied is its own work in progress and is left alone.
         """
         layer = self.ctx.layer
         entry = entry or self.journal.load(layer)
@@ -594,11 +649,15 @@ class Engine(object):
             entry is None
             or entry["state"] not in states
             or not entry.get("snapshot")
-            or (entry["state"] == "applied" and entry.get("run_id") == run_id)
+            or (not own and entry["state"] in ("applied", "suspended") and entry.get("run_id") == run_id)
         ):
-            return self._summary("recovered", [], [], entry or new_entry(layer), changed=False)
+            note = None
+            if own and entry is not None and entry["state"] not in states:
+                note = "layer %s is %s: nothing to put back" % (layer, entry["state"])
+            return self._summary("recovered", [], [], entry or new_entry(layer), changed=False, note=note)
         interrupted_run, left_as = entry.get("run_id"), entry["state"]
         snap = entry["snapshot"]
+        why = reason or "run %s stopped before the gate decided" % interrupted_run
         result = self.restore("snapshot", run_id, entry=entry, recovering=True)
         if not self.check_mode:
             entry = self.journal.load(layer)
@@ -608,7 +667,14 @@ class Engine(object):
                 entry["original"] = {"live": {}, "units": {}}
             entry["snapshot"] = None
             entry.pop("pending", None)
-            record = {"time": now(), "run_id": run_id, "action": "recover", "interrupted_run": interrupted_run}
+            entry["interrupted"] = {"run_id": interrupted_run, "time": now(), "left": left_as, "reason": why}
+            record = {
+                "time": now(),
+                "run_id": run_id,
+                "action": "interrupted" if reason else "recover",
+                "interrupted_run": interrupted_run,
+                "reason": why,
+            }
             entry["history"].append(record)
             self.journal.save(entry)
             record["layer"] = layer
@@ -617,7 +683,7 @@ class Engine(object):
         result["layer_state"] = entry["state"] if not self.check_mode else snap["state"]
         result["changed"] = True
         result["notes"].append(
-            "layer %s was left %s by run %s: put back to its snapshot" % (layer, left_as, interrupted_run)
+            "layer %s was left %s by run %s: put back to its snapshot (%s)" % (layer, left_as, interrupted_run, why)
         )
         return result
 
@@ -707,7 +773,6 @@ class Engine(object):
         if not self.check_mode and not recovering:
             kill_point("before_restore_journal", layer)
             if to == "original":
-                rejected = entry["settings"]
                 entry.update(
                     {"state": "restored", "settings": [], "original": {"live": {}, "units": {}}, "snapshot": None}
                 )
@@ -719,6 +784,7 @@ class Engine(object):
                     entry["original"] = {"live": {}, "units": {}}
                 entry["snapshot"] = None
                 entry["rejected"] = rejected
+                entry["rejected_by"] = run_id
             entry.pop("pending", None)
             if decision is not None:
                 entry["decision"] = decision

@@ -4,19 +4,19 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The on-host journal of the settings engine (/var/lib/stacktune by default).
 
-- ``layers/<layer>.json``: per layer, its state (applying, applied, kept, rolled_back,
-  restored), the settings it owns, the pre-stacktune ``original`` values and the
-  ``snapshot`` taken before its latest apply, plus a short history. Written before any
+- ``layers/<layer>.json``: per layer, its state (applying, applied, suspended, kept,
+  rolled_back, restored), the settings it owns, the pre-stacktune ``original`` values and
+  the ``snapshot`` taken before its latest apply, plus a short history. Written before any
   change (write-ahead) and again after, each time atomically.
-- ``events.jsonl``: an append-only log of every apply, restore and decision.
-- ``lock``: an advisory lock held while the engine works, so two module calls never
-  interleave.
-- ``run.lock``: the run lock a whole tuning run holds from start to end (run id, owner,
-  since, expires). While another run holds it, the engine refuses to write for any other
-  run id, so two runs against one host never interleave writes. It is a lease: a run that
-  was killed leaves it behind until it expires or someone releases it with ``force``.
+- ``events.jsonl``: an append-only log of every apply, restore, decision and interruption.
 
-The directory is 0700 and every file 0600: the journal holds previous file contents.
+The host's locks live in /var/lib/stacktune whatever the journal directory, so that two
+runs with two journal directories still exclude each other:
+- ``lock``: an advisory flock held while a module works, so two module calls never
+  interleave.
+- ``run.lock``: the lease a whole run holds from start to end (``RunLock``).
+
+Directories are 0700 and files 0600: the journal holds previous file contents.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -30,18 +30,41 @@ import os
 import re
 import time
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import atomic_write, fsync_dir
+from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import atomic_write, fsync_dir, rooted
 
 _LAYER = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 HISTORY_KEEP = 50
+HOST_DIR = "/var/lib/stacktune"
+# The end of every refusal; the run_lock action replaces it with the exact command.
+LOCK_BREAK_HINT = "run again with -e stacktune_lock_break=true"
 
 
 class LockTimeout(Exception):
-    """Another stacktune run holds the journal lock."""
+    """Another stacktune module call holds the host's flock."""
 
 
 class HostLocked(LockTimeout):
-    """Another tuning run holds the host's run lock."""
+    """Another run holds the host's run lock; ``holder`` is its lease."""
+
+    def __init__(self, msg, holder=None):
+        super().__init__(msg)
+        self.holder = holder
+
+
+class LeaseLost(HostLocked):
+    """This run's lease was released, broken or taken over: it must not touch the host again."""
+
+
+def host_dir(root="/"):
+    """Where the host's locks live (under an alternative root for tests)."""
+    return rooted(root or "/", HOST_DIR)
+
+
+def ensure_private_dir(path):
+    """Create a directory 0700 (and its missing parents) when it does not exist."""
+    if not os.path.isdir(path):
+        os.makedirs(path, 0o700)
+        os.chmod(path, 0o700)
 
 
 def check_layer_name(layer):
@@ -64,9 +87,15 @@ def new_entry(layer):
     }
 
 
+def open_journal(journal_dir, root="/"):
+    """The journal of a module call: ``journal_dir`` on the host, under ``root`` in tests."""
+    return Journal(rooted(root or "/", journal_dir), root=root or "/")
+
+
 class Journal(object):
-    def __init__(self, directory):
+    def __init__(self, directory, root="/"):
         self.directory = directory
+        self.host_dir = host_dir(root)
         self._lock_fd = None
 
     def ensure(self):
@@ -83,9 +112,10 @@ class Journal(object):
         return os.path.join(self.directory, "layers", "%s.json" % layer)
 
     def lock(self, timeout):
-        """Take the journal lock, waiting up to timeout seconds."""
-        self._ensure()
-        fd = os.open(os.path.join(self.directory, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        """Take the host's flock, waiting up to timeout seconds."""
+        ensure_private_dir(self.host_dir)
+        path = os.path.join(self.host_dir, "lock")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         deadline = time.time() + max(0, timeout)
         while True:
             try:
@@ -97,9 +127,7 @@ class Journal(object):
                     raise
                 if time.time() >= deadline:
                     os.close(fd)
-                    raise LockTimeout(
-                        "another stacktune run holds %s (waited %ss)" % (os.path.join(self.directory, "lock"), timeout)
-                    ) from None
+                    raise LockTimeout("another stacktune module holds %s (waited %ss)" % (path, timeout)) from None
                 time.sleep(0.2)
         self._lock_fd = fd
 
@@ -174,78 +202,165 @@ def _iso(ts):
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
-class RunLock(object):
-    """The lease a whole tuning run holds on a host (``<journal>/run.lock``).
+def _how(ended):
+    """How a lease ended, in words (a ``past`` record of RunLock)."""
+    by, when = ended.get("by"), ended.get("time")
+    return {
+        "released": "it released the host at %s" % when,
+        "taken_over": "run %s took the host over at %s, its controller being gone" % (by, when),
+        "broken": "run %s broke its lease at %s (stacktune_lock_break)" % (by, when),
+        "expired": "its lease ran out and run %s took the host at %s" % (by, when),
+    }.get(ended.get("ended"), "its lease ended at %s" % when)
 
-    Reads and writes happen under the journal's flock, so taking it is atomic.
+
+def describe_holder(holder):
+    """One line naming a lease's run, who holds it from where, and until when."""
+    controller = holder.get("controller") or {}
+    parts = ["owner %s" % (holder.get("owner") or "unknown")]
+    if controller.get("host"):
+        parts.append("controller %s pid %s" % (controller["host"], controller.get("pid", "?")))
+    if holder.get("entry"):
+        parts.append("%s.yml" % holder["entry"])
+    return "run %s (%s) since %s, lease until %s" % (
+        holder.get("run_id"),
+        ", ".join(parts),
+        holder.get("since"),
+        holder.get("expires"),
+    )
+
+
+class RunLock(object):
+    """The lease a whole run holds on a host: ``/var/lib/stacktune/run.lock`` (under ``root``).
+
+    There is one per host, whatever the journal directory, so two runs never share a host
+    by using two journals. The file holds the current holder (run id, owner, the controller
+    host, user and pid, the entry point, the lease's end) and ``past``: how the last leases
+    ended (released, taken over, broken). A run whose lease ended is refused every later
+    write (LeaseLost), so a worker that outlived its controller stops without touching the
+    host. Callers hold the host's flock (``Journal.lock``) around every method.
     """
 
-    def __init__(self, journal):
-        self.journal = journal
-        self.path = os.path.join(journal.directory, "run.lock")
+    PAST_KEEP = 20
 
-    def holder(self, now=None):
-        """The current holder (a dict with ``expired``), or None when free."""
+    def __init__(self, root="/"):
+        self.directory = host_dir(root)
+        self.path = os.path.join(self.directory, "run.lock")
+
+    # ---------------------------------------------------------------- file
+    def _read(self):
         try:
             with open(self.path) as handle:
                 data = json.load(handle)
         except (IOError, OSError) as exc:
             if exc.errno == errno.ENOENT:
-                return None
+                return None, []
             raise
         except ValueError:
-            return None  # a torn or foreign file is no lease
-        if not isinstance(data, dict) or "run_id" not in data:
-            return None
-        data["expired"] = float(data.get("expires_ts", 0)) <= (now if now is not None else time.time())
-        return data
+            return None, []  # a torn file is no lease (writes are atomic; only a foreign file is torn)
+        if not isinstance(data, dict):
+            return None, []
+        if "run_id" in data:  # the layout before ``past`` was kept
+            return data, []
+        holder = data.get("holder") if isinstance(data.get("holder"), dict) else None
+        past = [p for p in data.get("past") or [] if isinstance(p, dict)]
+        return holder, past
+
+    def _write(self, holder, past):
+        ensure_private_dir(self.directory)
+        data = {"schema": 2, "holder": holder, "past": past[-self.PAST_KEEP :]}
+        atomic_write(self.path, json.dumps(data, sort_keys=True).encode("utf-8"), mode=0o600)
 
     @staticmethod
-    def describe(holder):
-        return "run %s (owner %s) since %s, lease until %s" % (
-            holder.get("run_id"),
-            holder.get("owner") or "unknown",
-            holder.get("since"),
-            holder.get("expires"),
-        )
-
-    def check(self, run_id):
-        """Raise HostLocked when another run holds a live lease."""
-        holder = self.holder()
-        if holder and not holder["expired"] and holder["run_id"] != run_id:
-            raise HostLocked(
-                "the host is locked by stacktune %s (%s); wait for that run to finish, or, if it was "
-                "killed, release the lock with stacktune.gpu.run_lock state=unlocked force=true"
-                % (self.describe(holder), self.path)
-            )
+    def _live(raw, now=None):
+        """A lease as read, with ``expired`` computed; None when there is none."""
+        if raw is None or "run_id" not in raw:
+            return None
+        holder = dict(raw)
+        holder["expired"] = float(holder.get("expires_ts", 0)) <= (now if now is not None else time.time())
         return holder
 
-    def take(self, run_id, owner, ttl, force=False, check_mode=False):
-        """Take or renew the lease. Returns (changed, previous holder). Raises HostLocked."""
+    def holder(self, now=None):
+        """The current holder (a dict with ``expired``), or None when free."""
+        return self._live(self._read()[0], now)
+
+    def past(self):
+        return self._read()[1]
+
+    describe = staticmethod(describe_holder)
+
+    def _refusal(self, holder):
+        return HostLocked(
+            "the host is locked by stacktune %s (%s); wait for that run to finish, or, if it is gone, %s"
+            % (describe_holder(holder), self.path, LOCK_BREAK_HINT),
+            holder=holder,
+        )
+
+    # ---------------------------------------------------------------- checks
+    def check(self, run_id):
+        """Raise HostLocked when another run holds a live lease; return the holder."""
         holder = self.holder()
-        if holder and not holder["expired"] and holder["run_id"] != run_id and not force:
-            self.check(run_id)
+        if holder and not holder["expired"] and holder["run_id"] != run_id:
+            raise self._refusal(holder)
+        return holder
+
+    def ended(self, run_id):
+        """How the lease of run_id ended (the last ``past`` record of it), or None."""
+        for record in reversed(self.past()):
+            if record.get("run_id") == run_id:
+                return record
+        return None
+
+    # ---------------------------------------------------------------- changes
+    def take(self, run_id, owner, ttl, force=False, check_mode=False, takeover=None, controller=None, entry=None):
+        """Take or renew the lease. Returns (changed, previous holder). Raises HostLocked.
+
+        ``force`` breaks another run's live lease; ``takeover`` (a run id) takes over that
+        run's lease only, because its controller process is known to be gone.
+        """
+        raw, past = self._read()
+        holder = self._live(raw)
+        other = holder is not None and holder["run_id"] != run_id
+        if other and not holder["expired"] and not force and takeover != holder["run_id"]:
+            raise self._refusal(holder)
         now = time.time()
-        since = holder["since"] if holder and holder["run_id"] == run_id and not holder["expired"] else _iso(now)
+        if other:
+            how = "expired" if holder["expired"] else ("taken_over" if takeover == holder["run_id"] else "broken")
+            past.append({"run_id": holder["run_id"], "ended": how, "by": run_id, "time": _iso(now)})
+        kept = holder if holder is not None and not other else {}  # a renewal keeps who and where
         record = {
             "run_id": run_id,
-            "owner": owner,
-            "pid": os.getpid(),
-            "since": since,
+            "owner": owner if owner is not None else kept.get("owner"),
+            "controller": controller if controller is not None else kept.get("controller"),
+            "entry": entry if entry is not None else kept.get("entry"),
+            "since": kept.get("since") or _iso(now),
             "expires": _iso(now + ttl),
             "expires_ts": now + ttl,
             "ttl": ttl,
         }
         if not check_mode:
-            self.journal.ensure()
-            atomic_write(self.path, json.dumps(record, sort_keys=True).encode("utf-8"), mode=0o600)
+            self._write(record, past)
         return True, holder
 
-    def renew(self, run_id):
-        """Extend the lease when run_id holds it (every engine write of that run does)."""
-        holder = self.check(run_id)
-        if holder and holder["run_id"] == run_id and not holder["expired"]:
-            self.take(run_id, holder.get("owner"), float(holder.get("ttl", 3600)))
+    def renew(self, run_id, ttl=None):
+        """Extend run_id's lease (every engine write and every measured block of a run does).
+
+        Raises LeaseLost when run_id held the host and its lease was released, broken or
+        taken over since, and HostLocked when another run holds it now. A run id that never
+        held the host (a direct module call) may write while no other run holds it.
+        """
+        holder = self.holder()
+        if holder is not None and holder["run_id"] == run_id:
+            self.take(run_id, None, float(ttl or holder.get("ttl") or 300))
+            return holder
+        ended = self.ended(run_id)
+        if ended is not None:
+            raise LeaseLost(
+                "run %s no longer holds the host: %s; it stops without touching the host" % (run_id, _how(ended)),
+                holder=holder,
+            )
+        if holder is not None and not holder["expired"]:
+            raise self._refusal(holder)
+        return holder
 
     def release(self, run_id, force=False, check_mode=False):
         """Release the lease. Returns (released, holder found); another run's live lease stays."""
@@ -256,6 +371,8 @@ class RunLock(object):
             # another run's live lease: leave it alone (a refused run's cleanup lands here)
             return False, holder
         if not check_mode:
-            os.unlink(self.path)
-            fsync_dir(self.journal.directory)
+            past = self.past()
+            how = "released" if holder["run_id"] == run_id else ("expired" if holder["expired"] else "broken")
+            past.append({"run_id": holder["run_id"], "ended": how, "by": run_id, "time": _iso(time.time())})
+            self._write(None, past)
         return True, holder

@@ -52,12 +52,17 @@ options:
         C(overridden) means the value is persisted but another file sets it differently at the
         next boot (sysctl, read the way systemd-sysctl orders /etc, /run and /usr/lib sysctl.d).
       - C(kept) records that the gate kept the layer (with I(decision)).
-      - C(restored) puts the layer back to I(restore_to).
-      - C(reapplied) puts back the settings that the latest C(restored) with
-        I(restore_to=snapshot) took off. The gate uses it to switch a layer off and on
-        between measuring blocks.
+      - C(restored) puts the layer back to I(restore_to); with I(restore_to=snapshot) and a
+        I(decision), the gate rolled the layer back and its settings are not applied again.
+      - C(suspended) switches an applied layer off for a measurement block (the host goes
+        back to the layer's snapshot; the journal keeps the layer's settings and snapshot) and
+        C(reapplied) switches it on again. The gate alternates them between blocks.
+      - C(interrupted) puts a layer that a run was measuring back to its snapshot because the
+        run was stopped (a signal, a lost controller, a workload broken either way); the
+        journal records the interruption with I(decision), no gate verdict, so the next run
+        measures the layer again.
     type: str
-    choices: [present, verify, kept, restored, reapplied]
+    choices: [present, verify, kept, restored, suspended, reapplied, interrupted]
     default: present
   settings:
     description:
@@ -92,7 +97,7 @@ options:
   decision:
     description:
       - The gate's decision record, stored in the journal with I(state=kept) or
-        I(state=restored).
+        I(state=restored); with I(state=interrupted), what stopped the run (C(reason)).
     type: dict
   run_id:
     description: Identifier of the run, recorded in the journal.
@@ -112,8 +117,9 @@ options:
     description:
       - Seconds to wait for another module call of stacktune on this host to finish.
       - Independently of this, a write is refused at once (naming the holder) while another
-        tuning run holds the host's run lock (see M(stacktune.gpu.run_lock)); a write of the
-        run that holds it renews its lease.
+        run holds the host's run lock (see M(stacktune.gpu.run_lock)); a write of the run that
+        holds it renews its lease, and a write of a run whose lease was released, broken or
+        taken over is refused (RV(lease_lost)).
     type: int
     default: 300
   fail_on_drift:
@@ -243,17 +249,21 @@ notes:
   returned: always
   type: list
   elements: str
+lease_lost:
+  description: True when the run's lease was released, broken or taken over; nothing was written.
+  returned: on failure
+  type: bool
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.stacktune.gpu.plugins.module_utils._engine import Engine
-from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import rooted
 from ansible_collections.stacktune.gpu.plugins.module_utils._journal import (
-    Journal,
+    LeaseLost,
     LockTimeout,
     RunLock,
     check_layer_name,
+    open_journal,
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context, SpecError, Unsupported
 
@@ -262,7 +272,11 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             layer=dict(type="str", required=True),
-            state=dict(type="str", default="present", choices=["present", "verify", "kept", "restored", "reapplied"]),
+            state=dict(
+                type="str",
+                default="present",
+                choices=["present", "verify", "kept", "restored", "suspended", "reapplied", "interrupted"],
+            ),
             settings=dict(type="list", elements="dict", default=[]),
             from_journal=dict(type="bool", default=False),
             restore_to=dict(type="str", default="original", choices=["snapshot", "original"]),
@@ -290,17 +304,23 @@ def main():
         return module.run_command([binary] + list(argv[1:]))
 
     ctx = Context(p["layer"], root=p["root"], run_command=run_command)
-    journal = Journal(rooted(p["root"], p["journal_dir"]) if p["root"] != "/" else p["journal_dir"])
+    journal = open_journal(p["journal_dir"], p["root"])
     engine = Engine(ctx, journal, check_mode=module.check_mode, retry_rejected=p["retry_rejected"])
-    verb = {"present": "apply", "verify": "verify", "kept": "keep", "restored": "restore", "reapplied": "re-apply"}[
-        p["state"]
-    ]
+    verb = {
+        "present": "apply",
+        "verify": "verify",
+        "kept": "keep",
+        "restored": "restore",
+        "suspended": "switch off",
+        "reapplied": "re-apply",
+        "interrupted": "put back",
+    }[p["state"]]
     locked = False
     try:
         if p["state"] != "verify" and not module.check_mode:
             journal.lock(p["lock_timeout"])
             locked = True
-            RunLock(journal).renew(p["run_id"])
+            RunLock(p["root"]).renew(p["run_id"])
         if p["state"] == "present":
             result = engine.apply(p["settings"], p["run_id"], from_journal=p["from_journal"])
         elif p["state"] == "verify":
@@ -309,8 +329,14 @@ def main():
             result = engine.keep(p["run_id"], p["decision"])
         elif p["state"] == "reapplied":
             result = engine.reapply(p["run_id"])
+        elif p["state"] == "suspended":
+            result = engine.suspend(p["run_id"])
+        elif p["state"] == "interrupted":
+            result = engine.interrupt(p["run_id"], (p["decision"] or {}).get("reason") or "the run was stopped")
         else:
             result = engine.restore(p["restore_to"], p["run_id"], p["decision"])
+    except LeaseLost as exc:
+        module.fail_json(msg="Failed to %s layer %s: %s" % (verb, p["layer"], exc), lease_lost=True)
     except (SpecError, LockTimeout) as exc:
         module.fail_json(msg="Failed to %s layer %s: %s" % (verb, p["layer"], exc))
     except (Unsupported, RuntimeError, OSError, IOError, ValueError) as exc:

@@ -11,21 +11,29 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: run_lock
-short_description: Take or release the host lock a whole stacktune run holds
+short_description: Take, check or release the lock a whole stacktune run holds on a host
 version_added: 0.1.0
 description:
-  - A tuning run takes this lock at its start and releases it at its end. While one run
+  - Every stacktune entry point that changes a host (tune, drift with fixing, rollback,
+    calibrate, acceptance) takes this lock first and releases it at its end. While one run
     holds it, a second run against the same host is refused with a message naming the
     holder (or waits up to I(wait) seconds), and M(stacktune.gpu.host_settings) refuses
     every write of any other run id, so two runs never interleave writes.
-  - The lock is a lease stored in C(<journal_dir>/run.lock) (0600). Each write of the run
-    that holds it renews the lease. A run that was killed leaves the lease behind until
-    it expires after I(ttl) seconds; release it earlier with I(state=unlocked) and
-    I(force=true) once you know that run is gone.
+  - There is one lock per host, C(/var/lib/stacktune/run.lock), whatever I(journal_dir):
+    two runs with different journal directories still exclude each other.
+  - The lock is a short lease (I(ttl)) that the run renews with every engine write and
+    every measured block. It records the run id, the owner, the controller (host, boot,
+    user and the pid of its ansible-playbook process) and the entry point. A killed
+    controller's lease runs out after I(ttl) seconds; the action plugin of this module lets
+    a later run from the same controller take it over at once when that pid is gone.
+  - A run whose lease was released, broken or taken over is refused every later write
+    (C(lease_lost)), so a worker process that outlived its controller stops without
+    touching the host.
   - With I(recover=true), taking the lock also puts back every layer that an interrupted
-    run left mid-apply (C(applying)) or applied but never judged by the gate (C(applied)
-    by another run id), to the snapshot taken before that apply. The run that follows then
-    starts from the same state an uninterrupted run would have.
+    run left mid-apply (C(applying)), switched off for a measurement (C(suspended)) or
+    applied but never judged by the gate (C(applied) by another run id), to the snapshot
+    taken before that apply, and records the interruption. The run that follows then starts
+    from the same state an uninterrupted run would have, and measures those layers again.
   - The task reports C(changed) only when it recovered layers or took over (or released)
     another run's lock; a run taking and releasing its own lease leaves the host's
     configuration as it was.
@@ -33,11 +41,12 @@ author: stacktune maintainers (@stacktune)
 options:
   state:
     description:
-      - C(locked) takes (or renews) the lock; C(unlocked) releases it. Releasing a lock that
-        another run holds leaves it in place (without I(force)), so a refused run's cleanup
-        never frees the host under the run that holds it.
+      - C(locked) takes (or renews) the lock; C(unlocked) releases it; C(checked) only fails
+        when another run holds a live lease (read-only entry points such as verify use it).
+      - Releasing a lock that another run holds leaves it in place (without I(force)), so a
+        refused run's cleanup never frees the host under the run that holds it.
     type: str
-    choices: [locked, unlocked]
+    choices: [locked, unlocked, checked]
     default: locked
   run_id:
     description: Id of the run that holds the lock; the same id renews it.
@@ -46,10 +55,23 @@ options:
   owner:
     description: Who runs it (for example the controller user and host), shown to a second run.
     type: str
+  controller:
+    description:
+      - Where the run's controller process lives (C(host), C(boot_id), C(user), C(pid),
+        C(pid_start)); the action plugin fills it in. Recorded with the lease.
+    type: dict
+  takeover:
+    description:
+      - Take over the live lease of this run id (and only of it), because its controller
+        process is known to be gone. The action plugin sets it after checking the pid.
+    type: str
+  entry:
+    description: The entry point that takes the lock (tune, rollback, drift ...), shown to a second run.
+    type: str
   ttl:
-    description: Lease length in seconds; each write of the holding run renews it.
+    description: Lease length in seconds; each write and each measured block of the holding run renews it.
     type: int
-    default: 3600
+    default: 300
   wait:
     description: Seconds to wait for another run's lease to be released before failing.
     type: int
@@ -57,7 +79,8 @@ options:
   force:
     description:
       - Take or release the lock even though another run id holds a live lease. Only for a
-        run that is known to be gone (killed controller, lost connection).
+        run that is known to be gone (killed controller, lost connection). With
+        I(state=checked), go on despite another run's lease.
     type: bool
     default: false
   recover:
@@ -65,7 +88,7 @@ options:
     type: bool
     default: true
   journal_dir:
-    description: Directory of the on-host journal.
+    description: Directory of the on-host journal (the layers to recover).
     type: path
     default: /var/lib/stacktune
   root:
@@ -92,7 +115,7 @@ EXAMPLES = r"""
   stacktune.gpu.run_lock:
     state: locked
     run_id: "{{ stacktune_run_id }}"
-    owner: "{{ lookup('ansible.builtin.env', 'USER') }}@{{ lookup('ansible.builtin.pipe', 'hostname') }}"
+    entry: tune
 
 - name: Give the host back at the end of the run
   stacktune.gpu.run_lock:
@@ -108,7 +131,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 holder:
-  description: The lock as it is now (null when free).
+  description: The lock as it is now (null when free); on a refusal, the lease that refused it.
   returned: always
   type: dict
 previous:
@@ -120,6 +143,10 @@ recovered:
   returned: always
   type: list
   elements: str
+lease_lost:
+  description: True when this run's own lease was released, broken or taken over by another run.
+  returned: on failure
+  type: bool
 """
 
 import time
@@ -127,18 +154,26 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.stacktune.gpu.plugins.module_utils._engine import Engine
-from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import rooted
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import HostLocked, Journal, LockTimeout, RunLock
+from ansible_collections.stacktune.gpu.plugins.module_utils._journal import (
+    HostLocked,
+    LeaseLost,
+    LockTimeout,
+    RunLock,
+    open_journal,
+)
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context, SpecError
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            state=dict(type="str", default="locked", choices=["locked", "unlocked"]),
+            state=dict(type="str", default="locked", choices=["locked", "unlocked", "checked"]),
             run_id=dict(type="str", required=True),
             owner=dict(type="str"),
-            ttl=dict(type="int", default=3600),
+            controller=dict(type="dict"),
+            takeover=dict(type="str"),
+            entry=dict(type="str"),
+            ttl=dict(type="int", default=300),
             wait=dict(type="int", default=0),
             force=dict(type="bool", default=False),
             recover=dict(type="bool", default=True),
@@ -157,20 +192,27 @@ def main():
             return 127, "", "No such file: %s" % argv[0]
         return module.run_command([binary] + list(argv[1:]))
 
-    journal = Journal(rooted(p["root"], p["journal_dir"]) if p["root"] != "/" else p["journal_dir"])
-    lock = RunLock(journal)
+    journal = open_journal(p["journal_dir"], p["root"])
+    lock = RunLock(p["root"])
     deadline = time.time() + p["wait"]
-    verb = "take" if p["state"] == "locked" else "release"
+    verb = {"locked": "take", "unlocked": "release", "checked": "check"}[p["state"]]
     result = {"changed": False, "holder": None, "previous": None, "recovered": [], "notes": []}
     while True:
         locked = False
         try:
-            if not module.check_mode:
+            if not module.check_mode and p["state"] != "checked":
                 journal.lock(60)
                 locked = True
             if p["state"] == "locked":
                 _taken, result["previous"] = lock.take(
-                    p["run_id"], p["owner"], p["ttl"], force=p["force"], check_mode=module.check_mode
+                    p["run_id"],
+                    p["owner"],
+                    p["ttl"],
+                    force=p["force"],
+                    check_mode=module.check_mode,
+                    takeover=p["takeover"],
+                    controller=p["controller"],
+                    entry=p["entry"],
                 )
                 if p["recover"]:
                     for layer in journal.layers():
@@ -180,17 +222,26 @@ def main():
                         if outcome["changed"]:
                             result["recovered"].append(layer)
                             result["notes"].extend(outcome["notes"])
+            elif p["state"] == "checked":
+                result["previous"] = lock.holder()
+                if not p["force"]:
+                    lock.check(p["run_id"])
             else:
                 _released, result["previous"] = lock.release(
                     p["run_id"], force=p["force"], check_mode=module.check_mode
                 )
             previous = result["previous"]
-            result["changed"] = bool(result["recovered"]) or bool(previous and previous["run_id"] != p["run_id"])
+            result["changed"] = p["state"] != "checked" and (
+                bool(result["recovered"]) or bool(previous and previous["run_id"] != p["run_id"])
+            )
             result["holder"] = lock.holder()
             break
         except HostLocked as exc:
-            if time.time() >= deadline:
-                module.fail_json(msg="Failed to %s the run lock: %s" % (verb, exc), **result)
+            if isinstance(exc, LeaseLost) or time.time() >= deadline:
+                result["holder"] = exc.holder
+                module.fail_json(
+                    msg="Failed to %s the run lock: %s" % (verb, exc), lease_lost=isinstance(exc, LeaseLost), **result
+                )
         except (LockTimeout, SpecError, OSError, IOError, ValueError) as exc:
             module.fail_json(msg="Failed to %s the run lock: %s" % (verb, exc), **result)
         finally:

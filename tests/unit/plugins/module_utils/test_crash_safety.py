@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from ansible_collections.stacktune.gpu.plugins.module_utils._engine import Engine
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import Journal
+from ansible_collections.stacktune.gpu.plugins.module_utils._journal import open_journal
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context
 
 COLLECTIONS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "collections")
@@ -48,10 +48,10 @@ RESTORE_POINTS = ["after_units_restored", "before_restore_journal"]
 CHILD = """
 import json, sys
 from ansible_collections.stacktune.gpu.plugins.module_utils._engine import Engine
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import Journal
+from ansible_collections.stacktune.gpu.plugins.module_utils._journal import open_journal
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context
 root, layer, action, run_id = sys.argv[1:5]
-engine = Engine(Context(layer, root=root), Journal(root + "/var/lib/stacktune"))
+engine = Engine(Context(layer, root=root), open_journal("/var/lib/stacktune", root))
 if action == "apply":
     engine.apply(json.loads(sys.argv[5]), run_id)
 else:
@@ -61,7 +61,7 @@ print("not killed")
 
 
 def engine(root, layer):
-    return Engine(Context(layer, root=str(root)), Journal(os.path.join(str(root), "var/lib/stacktune")))
+    return Engine(Context(layer, root=str(root)), open_journal("/var/lib/stacktune", str(root)))
 
 
 def run_child(root, layer, action, run_id, kill_at):
@@ -73,7 +73,7 @@ def run_child(root, layer, action, run_id, kill_at):
 
 
 def journal_state(root, layer):
-    return Journal(os.path.join(str(root), "var/lib/stacktune")).load(layer)
+    return open_journal("/var/lib/stacktune", str(root)).load(layer)
 
 
 def stray_temp_files(root):
@@ -177,7 +177,7 @@ def test_check_mode_predicts_the_recovery_of_an_interrupted_apply(fakeroot):
     assert child.returncode == -signal.SIGKILL
     predicted = Engine(
         Context("kernel", root=str(fakeroot)),
-        Journal(os.path.join(str(fakeroot), "var/lib/stacktune")),
+        open_journal("/var/lib/stacktune", str(fakeroot)),
         check_mode=True,
     ).apply(SETTINGS["kernel"], "run2")
     real = engine(fakeroot, "kernel").apply(SETTINGS["kernel"], "run2")

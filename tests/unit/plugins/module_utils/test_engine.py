@@ -6,7 +6,7 @@ import os
 import pytest
 
 from ansible_collections.stacktune.gpu.plugins.module_utils._engine import Engine
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import Journal
+from ansible_collections.stacktune.gpu.plugins.module_utils._journal import open_journal
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context, SpecError
 
 KERNEL = [
@@ -25,7 +25,7 @@ FILES = [
 
 def engine(root, layer, check=False):
     ctx = Context(layer, root=str(root), run_command=None)
-    return Engine(ctx, Journal(os.path.join(str(root), "var/lib/stacktune")), check_mode=check)
+    return Engine(ctx, open_journal("/var/lib/stacktune", str(root)), check_mode=check)
 
 
 def read(root, path):
@@ -117,7 +117,7 @@ def test_restore_original_is_byte_exact(fakeroot, hash_tree, layer, specs):
     assert hash_tree(fakeroot) == pristine
     for created in ("etc/sysctl.d", "etc/tmpfiles.d", "etc/default/grub.d", "etc/security/limits.d"):
         assert not os.path.exists(os.path.join(str(fakeroot), created)), "%s left behind" % created
-    entry = Journal(os.path.join(str(fakeroot), "var/lib/stacktune")).load(layer)
+    entry = open_journal("/var/lib/stacktune", str(fakeroot)).load(layer)
     assert entry["state"] == "restored"
     assert entry["settings"] == []
 
@@ -132,7 +132,7 @@ def test_gate_rollback_returns_to_the_previous_kept_state(fakeroot, hash_tree):
     assert read(fakeroot, "/proc/sys/vm/max_map_count") == "1048576\n"
     engine(fakeroot, "kernel").restore("snapshot", "run2", {"decision": "rollback"})
     assert hash_tree(fakeroot) == kept_state
-    entry = Journal(os.path.join(str(fakeroot), "var/lib/stacktune")).load("kernel")
+    entry = open_journal("/var/lib/stacktune", str(fakeroot)).load("kernel")
     assert entry["state"] == "kept"
     assert [s["id"] for s in entry["settings"]] == ["sysctl:vm.swappiness"]
 
@@ -165,7 +165,7 @@ def test_interrupted_apply_can_still_be_restored(fakeroot, hash_tree, monkeypatc
     with pytest.raises(KeyboardInterrupt):
         engine(fakeroot, "kernel").apply(KERNEL, "run1")
     monkeypatch.undo()
-    journal = Journal(os.path.join(str(fakeroot), "var/lib/stacktune")).load("kernel")
+    journal = open_journal("/var/lib/stacktune", str(fakeroot)).load("kernel")
     assert journal["state"] == "applying"
     engine(fakeroot, "kernel").restore("original", "recover")
     assert hash_tree(fakeroot) == pristine
@@ -239,7 +239,7 @@ def test_settings_the_gate_rejected_are_not_retried_by_default(fakeroot, hash_tr
     assert hash_tree(fakeroot) == pristine
     retry = Engine(
         Context("kernel", root=str(fakeroot)),
-        Journal(os.path.join(str(fakeroot), "var/lib/stacktune")),
+        open_journal("/var/lib/stacktune", str(fakeroot)),
         retry_rejected=True,
     ).apply(KERNEL[:2], "run3")
     assert retry["changed"] is True
@@ -251,7 +251,7 @@ def test_a_run_that_changes_nothing_leaves_a_kept_layer_kept(fakeroot):
     again = engine(fakeroot, "kernel").apply(KERNEL[:2], "run2")
     assert again["changed"] is False
     assert again["layer_state"] == "kept"
-    entry = Journal(os.path.join(str(fakeroot), "var/lib/stacktune")).load("kernel")
+    entry = open_journal("/var/lib/stacktune", str(fakeroot)).load("kernel")
     assert entry["decision"] == {"decision": "keep"}
 
 
@@ -261,7 +261,7 @@ def test_remount_keeps_the_mount_flags(fakeroot, monkeypatch):
     calls = []
     monkeypatch.setattr(_kind_mount.MountKind, "live_writable", lambda self, s, ctx: (True, None))
     ctx = Context("memory", root=str(fakeroot), run_command=lambda argv: calls.append(argv) or (0, "", ""))
-    Engine(ctx, Journal(os.path.join(str(fakeroot), "var/lib/stacktune"))).apply(FILES[2:], "run1")
+    Engine(ctx, open_journal("/var/lib/stacktune", str(fakeroot))).apply(FILES[2:], "run1")
     assert calls == [["mount", "-o", "remount,rw,nosuid,nodev,size=64G,inode64", "/dev/shm"]]
 
 
@@ -277,31 +277,80 @@ def test_remount_keeps_the_mount_flags(fakeroot, monkeypatch):
 def test_boot_arguments_are_refused_where_grub_drop_ins_are_not_read(fakeroot, hash_tree, path, text):
     with open(os.path.join(str(fakeroot), path), "w") as handle:
         handle.write(text)
-    before = hash_tree(fakeroot, exclude=("var/lib/stacktune",))
+    before = hash_tree(fakeroot)
     result = engine(fakeroot, "kernel").apply(KERNEL[3:], "run1")
     row = result["settings"][0]
     assert row["status"] == "unsupported"
     assert "grubby" in row["reason"]
-    assert hash_tree(fakeroot, exclude=("var/lib/stacktune",)) == before
+    assert hash_tree(fakeroot) == before
     assert not os.path.exists(os.path.join(str(fakeroot), "etc/default/grub.d/60-stacktune-kernel.cfg"))
 
 
 def test_gate_toggles_a_layer_off_and_on_through_the_engine(fakeroot, hash_tree):
-    """The gate's A B B A schedule: restore to snapshot, re-apply, repeat; then keep or roll back."""
+    """The gate's A B B A schedule: suspend, re-apply, repeat; then keep or roll back."""
     pristine = hash_tree(fakeroot)
     engine(fakeroot, "kernel").apply(KERNEL[:3], "run1")
     applied = hash_tree(fakeroot)
     for _round in range(2):
-        engine(fakeroot, "kernel").restore("snapshot", "run1")
+        off = engine(fakeroot, "kernel").suspend("run1")
+        assert off["layer_state"] == "suspended"
         assert hash_tree(fakeroot) == pristine
+        entry = open_journal("/var/lib/stacktune", str(fakeroot)).load("kernel")
+        # switched off, the layer keeps its settings and its snapshot, and nothing is rejected
+        assert entry["state"] == "suspended" and entry["settings"] and entry["snapshot"]
+        assert "rejected" not in entry
         again = engine(fakeroot, "kernel").reapply("run1")
         assert again["layer_state"] == "applied"
         assert hash_tree(fakeroot) == applied
     engine(fakeroot, "kernel").restore("snapshot", "run1", {"decision": "rollback"})
     assert hash_tree(fakeroot) == pristine
-    entry = Journal(os.path.join(str(fakeroot), "var/lib/stacktune")).load("kernel")
-    assert entry["state"] == "rolled_back"
-    assert [e["action"] for e in entry["history"]].count("restore_snapshot") == 3
+    entry = open_journal("/var/lib/stacktune", str(fakeroot)).load("kernel")
+    assert entry["state"] == "rolled_back" and entry["rejected_by"] == "run1"
+    actions = [e["action"] for e in entry["history"]]
+    assert actions.count("suspend") == 2 and actions.count("restore_snapshot") == 1
+
+
+@pytest.mark.parametrize("arm", ["with", "without"])
+def test_an_interrupted_measurement_puts_the_layer_back_without_a_verdict(fakeroot, hash_tree, arm):
+    """Ctrl-C while the gate measures: back to the snapshot, recorded as interrupted, measured again next run."""
+    pristine = hash_tree(fakeroot)
+    engine(fakeroot, "kernel").apply(KERNEL[:3], "run1")
+    if arm == "without":
+        engine(fakeroot, "kernel").suspend("run1")
+    out = engine(fakeroot, "kernel").interrupt("run1", "SIGINT during a block %s the layer" % arm)
+    assert out["changed"] and out["action"] == "interrupted"
+    assert hash_tree(fakeroot) == pristine
+    entry = open_journal("/var/lib/stacktune", str(fakeroot)).load("kernel")
+    assert entry["state"] == "new" and entry["settings"] == [] and entry["snapshot"] is None
+    assert entry["interrupted"]["reason"] == "SIGINT during a block %s the layer" % arm
+    assert entry.get("decision") is None and "rejected" not in entry
+    # the next run applies (and so measures) the layer again, and the interruption is history
+    again = engine(fakeroot, "kernel").apply(KERNEL[:3], "run2")
+    assert again["changed"] and again["layer_state"] == "applied"
+    assert "interrupted" not in open_journal("/var/lib/stacktune", str(fakeroot)).load("kernel")
+
+
+def test_interrupting_a_decided_layer_changes_nothing(fakeroot, hash_tree):
+    engine(fakeroot, "kernel").apply(KERNEL[:3], "run1")
+    engine(fakeroot, "kernel").keep("run1", {"decision": "keep"})
+    kept = hash_tree(fakeroot)
+    out = engine(fakeroot, "kernel").interrupt("run1", "SIGTERM")
+    assert not out["changed"] and "kept: nothing to put back" in out["notes"][0]
+    assert hash_tree(fakeroot) == kept
+
+
+def test_a_layer_left_switched_off_by_a_dead_run_is_recovered(fakeroot, hash_tree):
+    pristine = hash_tree(fakeroot)
+    engine(fakeroot, "kernel").apply(KERNEL[:3], "dead")
+    engine(fakeroot, "kernel").suspend("dead")
+    predicted = engine(fakeroot, "kernel", check=True).apply(KERNEL[:3], "next")
+    out = engine(fakeroot, "kernel").recover("next")
+    assert out["changed"]
+    assert hash_tree(fakeroot) == pristine
+    real = engine(fakeroot, "kernel").apply(KERNEL[:3], "next")
+    # check mode before the recovery predicted what the real apply after it changed
+    assert [r["changed"] for r in predicted["settings"]] == [r["changed"] for r in real["settings"]]
+    assert any(r["changed"] for r in real["settings"])
 
 
 def test_reapply_after_a_kept_layer_returns_to_the_kept_state(fakeroot, hash_tree):
@@ -311,7 +360,7 @@ def test_reapply_after_a_kept_layer_returns_to_the_kept_state(fakeroot, hash_tre
     kept = hash_tree(fakeroot)
     second = first + [{"kind": "sysctl", "key": "vm.max_map_count", "value": "1048576"}]
     engine(fakeroot, "kernel").apply(second, "run2")
-    engine(fakeroot, "kernel").restore("snapshot", "run2")
+    engine(fakeroot, "kernel").suspend("run2")
     assert hash_tree(fakeroot) == kept
     engine(fakeroot, "kernel").reapply("run2")
     assert read(fakeroot, "/proc/sys/vm/max_map_count") == "1048576\n"
@@ -320,7 +369,7 @@ def test_reapply_after_a_kept_layer_returns_to_the_kept_state(fakeroot, hash_tre
 
 
 def test_reapply_without_a_toggled_layer_is_refused(fakeroot):
-    with pytest.raises(SpecError, match="no settings taken off by the gate"):
+    with pytest.raises(SpecError, match="not switched off for a measurement"):
         engine(fakeroot, "kernel").reapply("run1")
 
 
@@ -598,7 +647,7 @@ def test_mount_unit_names_escape_like_systemd(path, name):
 
 
 def test_journal_summary_lists_each_layer_with_what_it_holds(fakeroot):
-    journal = Journal(os.path.join(str(fakeroot), "var/lib/stacktune"))
+    journal = open_journal("/var/lib/stacktune", str(fakeroot))
     assert journal.summary() == []
     engine(fakeroot, "kernel").apply(KERNEL, "run1")
     engine(fakeroot, "memory").apply(FILES, "run1")

@@ -1,5 +1,6 @@
-"""Two runs against one host: the journal flock and the run lock (a lease) keep them apart."""
+"""Two runs against one host: the host's flock and its run lock (a lease) keep them apart."""
 
+import json
 import os
 import subprocess
 import sys
@@ -7,35 +8,41 @@ import time
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import HostLocked, Journal, LockTimeout, RunLock
+from ansible_collections.stacktune.gpu.plugins.module_utils._journal import (
+    HostLocked,
+    LeaseLost,
+    LockTimeout,
+    RunLock,
+    open_journal,
+)
 
 COLLECTIONS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "collections")
 
 HOLDER = """
 import sys, time
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import Journal
-journal = Journal(sys.argv[1])
+from ansible_collections.stacktune.gpu.plugins.module_utils._journal import open_journal
+journal = open_journal(sys.argv[2], root=sys.argv[1])
 journal.lock(5)
 print("held", flush=True)
-time.sleep(float(sys.argv[2]))
+time.sleep(float(sys.argv[3]))
 journal.unlock()
 """
 
 
-def hold_flock(directory, seconds):
+def hold_flock(root, journal_dir, seconds):
     env = dict(os.environ, PYTHONPATH=os.path.abspath(COLLECTIONS))
     child = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, directory, str(seconds)], env=env, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", HOLDER, root, journal_dir, str(seconds)], env=env, stdout=subprocess.PIPE, text=True
     )
     assert child.stdout.readline().strip() == "held"
     return child
 
 
-def test_second_module_call_waits_for_the_first(tmp_path):
-    directory = str(tmp_path / "journal")
-    child = hold_flock(directory, 1.0)
-    journal = Journal(directory)
-    with pytest.raises(LockTimeout, match="another stacktune run holds"):
+def test_second_module_call_waits_for_the_first_whatever_its_journal(tmp_path):
+    root = str(tmp_path)
+    child = hold_flock(root, "/var/lib/stacktune", 1.0)
+    journal = open_journal("/srv/other-journal", root)  # another journal directory, the same host
+    with pytest.raises(LockTimeout, match="another stacktune module holds .*/var/lib/stacktune/lock"):
         journal.lock(0)
     started = time.time()
     journal.lock(10)  # waits, then gets it
@@ -45,14 +52,19 @@ def test_second_module_call_waits_for_the_first(tmp_path):
 
 
 def test_second_run_is_refused_naming_the_first(tmp_path):
-    lock = RunLock(Journal(str(tmp_path)))
-    lock.take("run-a", "alice@ctl", 600)
+    lock = RunLock(str(tmp_path))
+    controller = {"host": "ctl", "user": "alice", "pid": 4242}
+    lock.take("run-a", "alice@ctl", 600, controller=controller, entry="tune")
     with pytest.raises(HostLocked) as exc:
         lock.take("run-b", "bob@ctl", 600)
     message = str(exc.value)
-    assert "run run-a (owner alice@ctl)" in message and "force=true" in message
+    assert "locked by stacktune run run-a (owner alice@ctl, controller ctl pid 4242, tune.yml)" in message
+    assert message.endswith("run again with -e stacktune_lock_break=true")
+    assert exc.value.holder["run_id"] == "run-a"
     with pytest.raises(HostLocked):
         lock.check("run-b")  # every engine write of run-b is refused too
+    with pytest.raises(HostLocked):
+        lock.renew("run-b")
     assert lock.check("run-a")["run_id"] == "run-a"
     released, holder = lock.release("run-b")  # a refused run's cleanup leaves run-a's lease alone
     assert not released and holder["run_id"] == "run-a" and lock.holder()["run_id"] == "run-a"
@@ -63,46 +75,100 @@ def test_second_run_is_refused_naming_the_first(tmp_path):
     assert lock.holder()["run_id"] == "run-b"
 
 
+def test_one_lock_per_host_whatever_the_journal_directory(tmp_path):
+    """Two runs with two journal directories share the host's one lease."""
+    root = str(tmp_path)
+    assert RunLock(root).path == os.path.join(root, "var/lib/stacktune/run.lock")
+    RunLock(root).take("run-a", None, 600)
+    with pytest.raises(HostLocked):
+        RunLock(root).take("run-b", None, 600)
+
+
 def test_lock_file_is_private(tmp_path):
-    lock = RunLock(Journal(str(tmp_path / "j")))
+    lock = RunLock(str(tmp_path))
     lock.take("run-a", None, 60)
     assert oct(os.stat(lock.path).st_mode & 0o777) == "0o600"
-    assert oct(os.stat(str(tmp_path / "j")).st_mode & 0o777) == "0o700"
+    assert oct(os.stat(lock.directory).st_mode & 0o777) == "0o700"
 
 
 def test_expired_lease_of_a_killed_run_is_taken_over(tmp_path):
-    lock = RunLock(Journal(str(tmp_path)))
+    lock = RunLock(str(tmp_path))
     lock.take("killed-run", None, 1)
     time.sleep(1.1)
     assert lock.holder()["expired"]
     lock.check("run-b")
     _changed, previous = lock.take("run-b", None, 600)
     assert previous["run_id"] == "killed-run" and previous["expired"]
+    assert lock.ended("killed-run")["ended"] == "expired"
 
 
-def test_force_breaks_a_live_lease(tmp_path):
-    lock = RunLock(Journal(str(tmp_path)))
+def test_force_breaks_a_live_lease_and_the_old_run_can_no_longer_write(tmp_path):
+    lock = RunLock(str(tmp_path))
     lock.take("run-a", None, 600)
     _changed, previous = lock.take("run-b", None, 600, force=True)
     assert previous["run_id"] == "run-a"
     assert lock.holder()["run_id"] == "run-b"
+    # run-a's worker, still alive somewhere, is refused its next write: it must stop
+    with pytest.raises(LeaseLost, match="run run-b broke its lease .*stops without touching the host"):
+        lock.renew("run-a")
+
+
+def test_takeover_takes_only_the_named_run(tmp_path):
+    lock = RunLock(str(tmp_path))
+    lock.take("run-a", None, 600)
+    with pytest.raises(HostLocked):
+        lock.take("run-b", None, 600, takeover="some-other-run")
+    lock.take("run-b", None, 600, takeover="run-a")
+    assert lock.holder()["run_id"] == "run-b"
+    with pytest.raises(LeaseLost, match="took the host over"):
+        lock.renew("run-a")
+
+
+def test_a_released_run_is_refused_later_writes(tmp_path):
+    """The orphan of a killed controller must not write after its lock was released by hand."""
+    lock = RunLock(str(tmp_path))
+    lock.take("run-a", None, 600)
+    lock.release("manual", force=True)
+    assert lock.holder() is None
+    with pytest.raises(LeaseLost, match="run run-a no longer holds the host"):
+        lock.renew("run-a")
+    lock.renew("manual")  # a direct call that never held the host may write while it is free
 
 
 def test_renew_extends_only_the_holders_lease(tmp_path):
-    lock = RunLock(Journal(str(tmp_path)))
-    lock.take("run-a", "alice", 2)
+    lock = RunLock(str(tmp_path))
+    lock.take("run-a", "alice", 2, controller={"host": "ctl", "pid": 1})
     first = lock.holder()["expires_ts"]
     time.sleep(0.05)
     lock.renew("run-a")
-    assert lock.holder()["expires_ts"] > first
-    assert lock.holder()["since"] is not None
+    holder = lock.holder()
+    assert holder["expires_ts"] > first
+    assert holder["since"] is not None and holder["owner"] == "alice" and holder["controller"]["pid"] == 1
     with pytest.raises(HostLocked):
         lock.renew("run-b")
 
 
+def test_own_expired_lease_is_renewed_when_nobody_took_it(tmp_path):
+    lock = RunLock(str(tmp_path))
+    lock.take("run-a", None, 1)
+    time.sleep(1.1)
+    lock.renew("run-a", ttl=600)
+    assert not lock.holder()["expired"]
+
+
 def test_torn_lock_file_is_not_a_lease(tmp_path):
-    lock = RunLock(Journal(str(tmp_path)))
+    lock = RunLock(str(tmp_path))
+    os.makedirs(lock.directory)
     with open(lock.path, "w") as handle:
         handle.write('{"run_id": "x", "exp')
     assert lock.holder() is None
     lock.check("run-b")
+
+
+def test_lease_of_the_earlier_layout_is_still_read(tmp_path):
+    lock = RunLock(str(tmp_path))
+    os.makedirs(lock.directory)
+    with open(lock.path, "w") as handle:
+        json.dump({"run_id": "old", "owner": "x", "expires_ts": time.time() + 60, "since": "t"}, handle)
+    with pytest.raises(HostLocked, match="run old"):
+        lock.check("new")
