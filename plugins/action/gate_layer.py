@@ -14,6 +14,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import os
 import time
 
 from ansible.errors import AnsibleActionFail
@@ -23,15 +24,33 @@ from ansible.utils.display import Display
 from ansible_collections.stacktune.gpu.plugins.module_utils._blocks import (
     GateSettingError,
     Trial,
+    WorkloadBroken,
     calibrate,
     check_settings,
     resolve_workloads,
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils._gate import POLICIES
+from ansible_collections.stacktune.gpu.plugins.plugin_utils._controller import command
+from ansible_collections.stacktune.gpu.plugins.plugin_utils._interrupt import Guard, Interrupted, write_record
 
 display = Display()
 
 BENCH_KEYS = ("command", "python", "size", "steps", "warmup", "timeout", "device", "workers", "env")
+# How a block that did not run to its end failed; these are measurements of the layer
+# (the bench module's ``failure``), anything else is an error of the run.
+WORKLOAD_FAILURES = ("exit", "hang", "error", "output")
+
+
+class ModuleFailed(AnsibleActionFail):
+    """A module the gate drives failed; ``module_result`` is its result."""
+
+    def __init__(self, message, module_result):
+        super().__init__(message)
+        self.module_result = module_result
+
+
+class LeaseLost(ModuleFailed):
+    """This run no longer holds the host: stop at once, touching nothing."""
 
 
 class ActionModule(ActionBase):
@@ -56,7 +75,8 @@ class ActionModule(ActionBase):
     def _module(self, name, args, task_vars):
         res = self._execute_module(module_name=name, module_args=args, task_vars=task_vars)
         if res.get("failed"):
-            raise AnsibleActionFail("%s failed: %s" % (name.rsplit(".", 1)[-1], res.get("msg", "unknown error")))
+            message = "%s failed: %s" % (name.rsplit(".", 1)[-1], res.get("msg", "unknown error"))
+            raise (LeaseLost if res.get("lease_lost") else ModuleFailed)(message, res)
         return res
 
     def _engine(self, state, task_vars, **extra):
@@ -71,10 +91,26 @@ class ActionModule(ActionBase):
 
     def _bench(self, workload, bench, task_vars):
         args = {"workload": workload}
+        if self._task.args.get("run_id"):
+            args["run_id"] = self._task.args["run_id"]
         for key in BENCH_KEYS:
             if bench.get(key) is not None and not (key == "command" and workload != "command"):
                 args[key] = bench[key]
-        res = self._module("stacktune.gpu.bench", args, task_vars)
+        try:
+            res = self._module("stacktune.gpu.bench", args, task_vars)
+        except LeaseLost:
+            raise
+        except ModuleFailed as exc:
+            failed = exc.module_result
+            if failed.get("failure") not in WORKLOAD_FAILURES:
+                raise
+            # the workload did not run to its end: that is a measurement too
+            return {
+                "failed": True,
+                "failure": failed["failure"],
+                "error": failed.get("error_line") or failed.get("msg"),
+                "workload": workload,
+            }
         tp = res.get("throughput") or {}
         return {
             "samples_ms": res["samples_ms"],
@@ -138,22 +174,30 @@ class ActionModule(ActionBase):
             result.update(changed=True, gate=decision, samples={"without": [], "with": []})
             return result
 
-        state = {"on": True}
+        guard = Guard()
+        state = {"on": True, "switching": False}
 
         def set_layer(on):
-            if on:
-                self._engine("reapplied", task_vars)
-            else:
-                self._engine("restored", task_vars, restore_to="snapshot")
-            state["on"] = on
+            guard.check()
+            with guard.critical():
+                state["switching"] = True
+                self._engine("reapplied" if on else "suspended", task_vars)
+                state["on"], state["switching"] = on, False
 
         progress = {"n": 0, "most": 2 * int(settings.get("max_blocks") or 0) * len(workloads)}
 
         def measure(workload):
+            guard.check()
             # one line per block as it runs, so a run of many minutes can be followed
             progress["n"] += 1
             started = time.monotonic()
             out = self._bench(workload, bench, task_vars)
+            guard.check()
+            what = ""
+            if out.get("failed"):
+                what = " (%s: %s)" % ("hung" if out["failure"] == "hang" else "failed", out.get("error"))
+            elif out.get("void"):
+                what = " (void: %s)" % out["reason"]
             display.display(
                 "    %s: block %d of at most %d, %s the layer, %s: %.1f s%s"
                 % (
@@ -163,36 +207,84 @@ class ActionModule(ActionBase):
                     "with" if state["on"] else "without",
                     workload,
                     time.monotonic() - started,
-                    " (void: %s)" % out["reason"] if out.get("void") else "",
+                    what,
                 )
             )
             return out
 
-        trial = Trial(
-            workloads,
-            set_layer,
-            measure,
-            policy,
-            settings,
-            time.monotonic,
-        )
-        try:
-            decision = trial.run()
-        except AnsibleActionFail as exc:
-            # Leave the layer applied and unjudged, as a killed run would: the next run's
-            # recovery puts it back to its snapshot without marking its settings rejected.
-            note = "the layer is left applied and unjudged; the next tune.yml run puts it back to its snapshot first"
-            if not state["on"]:
-                try:
-                    set_layer(True)
-                except AnsibleActionFail as again:
-                    note = "putting the layer back on failed too (%s); run playbooks/rollback.yml" % again
-            raise AnsibleActionFail("Failed to measure layer %s: %s; %s" % (a["layer"], exc, note)) from None
-        decision["measurable"] = True
-        decision["workloads_measured"] = workloads
-        self._finish(decision, task_vars)
+        trial = Trial(workloads, set_layer, measure, policy, settings, time.monotonic)
+        with guard:
+            try:
+                decision = trial.run()
+                decision["measurable"] = True
+                decision["workloads_measured"] = workloads
+                with guard.critical():
+                    self._finish(decision, task_vars)
+            except LeaseLost as exc:
+                # another run holds the host now (or the lock was released by hand): touch nothing
+                raise AnsibleActionFail("Stopped measuring layer %s: %s" % (a["layer"], exc)) from None
+            except Interrupted as exc:
+                self._interrupted(exc, state, task_vars, guard.parent)
+            except WorkloadBroken as exc:
+                note = self._put_back(task_vars, "not judged: %s" % exc)
+                raise AnsibleActionFail(
+                    "Stopped on layer %s: %s. %s. Fix the workload (stacktune_bench_workload and its settings) "
+                    "and run again" % (a["layer"], exc, note)
+                ) from None
+            except AnsibleActionFail as exc:
+                note = self._put_back(task_vars, "not judged: %s" % exc)
+                raise AnsibleActionFail("Failed to measure layer %s: %s; %s" % (a["layer"], exc, note)) from None
         result.update(changed=True, gate=decision, samples=trial.samples(decision.get("workload", workloads[0])))
         return result
+
+    def _put_back(self, task_vars, reason):
+        """Put the layer back to its snapshot, unjudged; say what was done."""
+        try:
+            self._engine("interrupted", task_vars, decision={"reason": reason})
+        except LeaseLost as exc:
+            return "The layer was left as it is: %s" % exc
+        except AnsibleActionFail as exc:
+            return "Putting the layer back failed too (%s); run %s" % (exc, command("rollback", task_vars))
+        return "The layer was put back to its snapshot: the host is as it was before this layer"
+
+    def _interrupted(self, exc, state, task_vars, controller_pid):
+        """The run was stopped while this layer was measured: put it back, free the host, say so."""
+        layer = self._task.args["layer"]
+        if exc.held or state["switching"]:
+            during = "a switch of the layer"
+        else:
+            during = "a block %s the layer" % ("with" if state["on"] else "without")
+        why = "%s during %s" % (exc.why, during)
+        record = {"layer": layer, "why": why, "run_id": self._task.args.get("run_id")}
+        record["layer_outcome"] = self._put_back(task_vars, "interrupted: %s" % why)
+        try:
+            self._module(
+                "stacktune.gpu.run_lock",
+                {
+                    "state": "unlocked",
+                    "run_id": self._task.args.get("run_id") or "manual",
+                    "journal_dir": self._task.args.get("journal_dir") or "/var/lib/stacktune",
+                },
+                task_vars,
+            )
+            record["lock"] = "released"
+        except AnsibleActionFail as again:
+            record["lock"] = "not released (%s)" % again
+        kept = [
+            r.get("layer")
+            for r in task_vars.get("stacktune_results") or []
+            if isinstance(r, dict) and r.get("decision") == "keep" and r.get("changed")
+        ]
+        record["kept"] = kept
+        record["undo"] = command("rollback", task_vars)
+        host = task_vars.get("inventory_hostname", "?")
+        write_record(controller_pid, host, record)
+        self._exit_worker()
+
+    @staticmethod
+    def _exit_worker():
+        """The controller is stopping (or gone): this worker's result has nobody to go to."""
+        os._exit(1)
 
     def _finish(self, decision, task_vars):
         """Keep the layer or put it back to its snapshot, with the decision in the journal."""

@@ -858,15 +858,74 @@ def combine(results, policy, final):
     return out
 
 
+class WorkloadBroken(Exception):
+    """The workload fails without the layer as well as with it: nothing can be judged."""
+
+    def __init__(self, workload, with_layer, without_layer):
+        super().__init__(
+            "the workload %s fails with and without the layer (with it: %s; without it: %s)"
+            % (workload, with_layer, without_layer)
+        )
+        self.workload = workload
+        self.errors = {"with": with_layer, "without": without_layer}
+
+
+# A flaky workload (it failed without the layer too) is rolled back for its failures only
+# when it failed at least this many more times with the layer than without it.
+FLAKY_MARGIN = 2
+
+
+def _failure_words(block):
+    """'fails with this layer: <error>' or 'hangs with this layer: <error>'."""
+    verb = "hangs" if block.get("failure") == "hang" else "fails"
+    return verb, block.get("error") or block.get("failure") or "unknown error"
+
+
+def failure_decision(workload, policy, failed, confirmed, fails):
+    """The decision when a block with the layer failed and the block right after, without
+    it, ran: the layer breaks the workload. The layer is off when this is returned."""
+    verb, error = _failure_words(failed)
+    cause = "the workload %s with this layer: %s" % (verb, error)
+    reason = "rollback: %s (%s: block %d with the layer %s, block %d without it ran)" % (
+        cause,
+        workload,
+        failed["position"],
+        "hung" if verb == "hangs" else "failed",
+        confirmed,
+    )
+    return {
+        "decision": "rollback",
+        "policy": policy,
+        "method": "blocks",
+        "cause": "workload_%s" % ("hangs" if verb == "hangs" else "fails"),
+        "resolved": True,
+        "final": True,
+        "reason": reason,
+        "summary": "rollback: %s on %s" % (cause, workload),
+        "verdicts": dict.fromkeys(DIMENSIONS, "unknown"),
+        "workload": workload,
+        "failures": fails,
+    }
+
+
 class Trial:
     """Balanced, sequential measurement of one layer on one or more workloads.
 
     ``set_layer(on)`` takes the layer off or puts it back through the settings engine;
     ``measure(workload)`` runs one block and returns ``{"samples_ms": [...], "void": bool,
-    "throughput": number or None, "reason": str}``. The layer is on when the trial starts
-    (its role has just applied it) and is on again when it ends: blocks run in the order
-    on, off, off, on, on, off, off, on ... and the gate looks after every quad once both arms
-    have ``min_blocks``, until the decision is resolved or the budget is spent.
+    "throughput": number or None, "reason": str}``, or ``{"failed": True, "failure": str,
+    "error": str}`` when the workload did not run to the end (a crash, a non-zero exit, a
+    hang). The layer is on when the trial starts (its role has just applied it) and is on
+    again when it ends: blocks run in the order on, off, off, on, on, off, off, on ... and
+    the gate looks after every quad once both arms have ``min_blocks``, until the decision
+    is resolved or the budget is spent.
+
+    A failed block is a measurement. When a block with the layer fails, one block without
+    it runs at once: if that one runs, the layer breaks the workload and is rolled back
+    (``failure_decision``); if it fails too before any block ever ran, the workload itself
+    is broken (``WorkloadBroken``: nothing is judged). A workload that also fails without
+    the layer is flaky: it is judged on the blocks that ran, and the decision says how often
+    it failed in each arm (rolled back when it failed ``FLAKY_MARGIN`` more times with it).
     """
 
     ORDER = ("on", "off", "off", "on")
@@ -882,6 +941,7 @@ class Trial:
         self.clock = clock
         self.looks = planned_looks(settings["min_blocks"], settings["max_blocks"])
         self.data = None
+        self.on = True
 
     def samples(self, workload):
         """Every step of one workload per arm, pooled (for plots; the gate judges blocks)."""
@@ -890,6 +950,13 @@ class Trial:
             "without": [v for block in arms["off"]["blocks"] for v in block],
             "with": [v for block in arms["on"]["blocks"] for v in block],
         }
+
+    def _switch(self, want):
+        if want != self.on:
+            self.set_layer(want)
+            self.on = want
+            return 1
+        return 0
 
     def _judge(self, data, final):
         results = {}
@@ -919,32 +986,91 @@ class Trial:
                 }
         return combine(results, self.policy, final)
 
+    @staticmethod
+    def _flaky(result, fails, runs):
+        """Say how often a flaky workload failed; roll back when it failed clearly more with the layer."""
+        parts, worse = [], []
+        for w, arms in sorted(fails.items()):
+            n_on, n_off = len(arms["on"]), len(arms["off"])
+            if not n_on and not n_off:
+                continue
+            last = (arms["on"] + arms["off"])[-1]
+            parts.append(
+                "%s failed in %d of %d blocks with the layer and %d of %d without (last: %s)"
+                % (w, n_on, runs[w]["on"], n_off, runs[w]["off"], _failure_words(last)[1])
+            )
+            if n_on >= n_off + FLAKY_MARGIN:
+                worse.append(w)
+        if not parts:
+            return result
+        note = "the workload is flaky: " + "; ".join(parts)
+        if worse and result["decision"] != "rollback":
+            result.update(
+                decision="rollback",
+                cause="workload_fails",
+                reason="rollback: the workload fails more often with this layer: %s. Judged on the blocks that ran: %s"
+                % (note, result["reason"]),
+                summary="rollback: the workload fails more often with this layer (%s)" % note,
+            )
+        else:
+            result["reason"] = "%s; %s" % (result["reason"], note)
+            result["summary"] = "%s; %s" % (result["summary"], note)
+        result["flaky"] = True
+        return result
+
     def run(self):
         data = {w: {"on": {"blocks": [], "at": []}, "off": {"blocks": [], "at": []}} for w in self.workloads}
         tps = {w: {"on": [], "off": []} for w in self.workloads}
+        fails = {w: {"on": [], "off": []} for w in self.workloads}
+        runs = {w: {"on": 0, "off": 0} for w in self.workloads}
         per_arm = {"on": 0, "off": 0}
         order, voids = [], []
-        on, toggles, position, quads = True, 0, 0, 0
+        toggles, position, quads = 0, 0, 0
         start = self.clock()
         result = None
-        while True:
+
+        def block(w, arm):
+            nonlocal position
+            out = self.measure(w)
+            position += 1
+            runs[w][arm] += 1
+            if out.get("failed"):
+                fails[w][arm].append({"position": position, "failure": out.get("failure"), "error": out.get("error")})
+                return out
+            if out.get("void"):
+                voids.append({"workload": w, "arm": arm, "position": position, "reason": out.get("reason")})
+                return out
+            data[w][arm]["blocks"].append(out["samples_ms"])
+            data[w][arm]["at"].append(position)
+            tps[w][arm].append(out.get("throughput"))
+            return out
+
+        def ran(w):
+            return bool(data[w]["on"]["blocks"] or data[w]["off"]["blocks"] or voids)
+
+        while result is None:
             for arm in self.ORDER:
-                want = arm == "on"
-                if want != on:
-                    self.set_layer(want)
-                    on = want
-                    toggles += 1
+                toggles += self._switch(arm == "on")
                 for w in self.workloads:
-                    block = self.measure(w)
-                    position += 1
-                    if block.get("void"):
-                        voids.append({"workload": w, "arm": arm, "position": position, "reason": block.get("reason")})
+                    out = block(w, arm)
+                    if not out.get("failed") or arm != "on" or any(fails[x]["off"] for x in self.workloads):
                         continue
-                    data[w][arm]["blocks"].append(block["samples_ms"])
-                    data[w][arm]["at"].append(position)
-                    tps[w][arm].append(block.get("throughput"))
+                    # a block with the layer failed: does the workload run without it?
+                    toggles += self._switch(False)
+                    confirm = block(w, "off")
+                    order.append("off")
+                    if not confirm.get("failed"):
+                        result = failure_decision(w, self.policy, fails[w]["on"][-1], position, fails)
+                        break
+                    if not ran(w):
+                        raise WorkloadBroken(w, _failure_words(out)[1], _failure_words(confirm)[1])
+                    toggles += self._switch(True)  # flaky: back to the schedule
+                if result is not None:
+                    break
                 per_arm[arm] += 1
                 order.append(arm)
+            if result is not None:
+                break
             quads += 1
             elapsed = self.clock() - start
             per_quad = elapsed / quads
@@ -956,16 +1082,19 @@ class Trial:
                     vals = tps[w][arm]
                     given = vals and all(v is not None for v in vals)
                     data[w][arm]["throughput"] = list(vals) if given else None
-            result = self._judge(data, final=last)
-            if result["resolved"] or last:
-                break
+            judged = self._judge(data, final=last)
+            if judged["resolved"] or last:
+                result = self._flaky(judged, fails, runs)
         self.data = data
+        if any(fails[w]["on"] or fails[w]["off"] for w in self.workloads):
+            result["failures"] = fails
         result.update(
             blocks={"with": per_arm["on"], "without": per_arm["off"]},
             seconds=round(self.clock() - start, 1),
             toggles=toggles,
             order=order,
             void_blocks=voids,
+            layer_on=self.on,
         )
         return result
 

@@ -23,6 +23,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -90,6 +91,17 @@ def new_entry(layer):
 def open_journal(journal_dir, root="/"):
     """The journal of a module call: ``journal_dir`` on the host, under ``root`` in tests."""
     return Journal(rooted(root or "/", journal_dir), root=root or "/")
+
+
+@contextlib.contextmanager
+def host_flock(timeout, root="/"):
+    """The host's flock (what every module call that writes holds) for a with-block."""
+    journal = Journal(host_dir(root), root)
+    journal.lock(timeout)
+    try:
+        yield
+    finally:
+        journal.unlock()
 
 
 class Journal(object):

@@ -364,14 +364,46 @@ def private_program(source, prefix, name="program.py"):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def run_process(argv, env, timeout, cpus=None, cwd=None):
+PR_SET_PDEATHSIG = 1
+
+
+def _libc_prctl():
+    """libc's prctl, or None where there is none (resolved before any fork)."""
+    try:
+        import ctypes  # pylint: disable=import-outside-toplevel
+
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError, ImportError):
+        return None
+
+
+def die_with_parent(prctl=None, parent=None):
+    """Have the kernel SIGKILL this process when the process that started it dies (Linux).
+
+    Every program stacktune starts (through :func:`run_process`) and every worker process a
+    workload starts calls it first, so a killed bench module or workload leaves no process
+    behind. ``parent``: the pid the caller expects as parent; if it is already gone, exit.
+    """
+    prctl = prctl or _libc_prctl()
+    if prctl is not None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
+
+
+def run_process(argv, env, timeout, cpus=None, cwd=None, tick=None, tick_every=30.0):
     """Run argv (no shell) in its own session; return (rc, stdout, stderr, timed_out).
 
     On timeout the whole process group (the workload and every worker it started) is
     killed. With ``cpus``, the calling thread's CPU affinity is set for the duration of
-    the fork (the child inherits it) and restored afterwards. Start failures raise OSError.
+    the fork (the child inherits it) and restored afterwards. The child dies with its
+    parent (``die_with_parent``). ``tick()`` is called every ``tick_every`` seconds while
+    the program runs; when it raises, the process group is killed and the exception
+    propagates. Start failures raise OSError.
     """
     saved = None
+    prctl = _libc_prctl()
+    parent = os.getpid()
     try:
         if cpus:
             saved = os.sched_getaffinity(0)
@@ -385,18 +417,33 @@ def run_process(argv, env, timeout, cpus=None, cwd=None):
             cwd=cwd,
             start_new_session=True,
             close_fds=True,
+            preexec_fn=lambda: die_with_parent(prctl, parent),  # noqa: PLW1509 - no lock is taken in it
         )
     finally:
         if saved is not None:
             os.sched_setaffinity(0, saved)
     timed_out = False
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            out, err = proc.communicate(timeout=max(0.0, min(left, tick_every) if tick else left))
+            break
+        except subprocess.TimeoutExpired:
+            if time.monotonic() < deadline and tick is not None:
+                try:
+                    tick()
+                    continue
+                except BaseException:
+                    with contextlib.suppress(OSError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    proc.communicate()
+                    raise
+            timed_out = True
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            break
     return proc.returncode, _decode(out), _decode(err), timed_out
 
 
@@ -813,6 +860,7 @@ def _encoded_images(seed):
 
 
 def _cpu_loader_worker(worker, workers, total, batch, names, free_q, ready_q):
+    die_with_parent()
     from multiprocessing import shared_memory  # pylint: disable=import-outside-toplevel
 
     blocks = [shared_memory.SharedMemory(name=name) for name in names]
@@ -917,6 +965,7 @@ def wl_cpu_dataloader(p):
 
 
 def _pong(name, size, total, ping, pong):
+    die_with_parent()
     from multiprocessing import shared_memory  # pylint: disable=import-outside-toplevel
 
     block = shared_memory.SharedMemory(name=name)

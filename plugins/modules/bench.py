@@ -129,6 +129,13 @@ options:
         measurement changes nothing but costs time. Set V(true) to measure in check mode too.
     type: bool
     default: false
+  run_id:
+    description:
+      - The stacktune run this block belongs to. The block then starts only while that run
+        holds the host's lease (M(stacktune.gpu.run_lock)), renews the lease while it runs,
+        and stops its workload at once when the lease is released, broken or taken over
+        (the task fails with RV(failure=lease_lost)). Unset, the block runs on its own.
+    type: str
 attributes:
   check_mode:
     support: full
@@ -255,6 +262,22 @@ details:
       status and the number of step lines printed.
   returned: success, when not skipped
   type: dict
+failure:
+  description:
+    - Why the block could not be measured, on failure. V(exit) the workload exited with a
+      non-zero status or was killed by a signal; V(hang) it ran past O(timeout); V(error) the
+      program reported an error; V(output) it printed no readable step times; V(start) it could
+      not be started; V(options) a bad option; V(lease_lost) the run no longer holds the host.
+    - The gate treats V(exit), V(hang), V(error) and V(output) as a measurement of the layer
+      (the workload fails with or without it), the others as errors.
+  returned: failure
+  type: str
+  sample: exit
+error_line:
+  description: The workload's own last words on failure (the last line of its error output), when there are any.
+  returned: failure
+  type: str
+  sample: "RuntimeError: unable to allocate shared memory(shm) for file </torch_1234_567_8>"
 skipped:
   description: True in check mode unless O(run_in_check_mode=true).
   returned: check mode
@@ -263,11 +286,13 @@ skipped:
 """
 
 import os
+import signal
 import sys
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.stacktune.gpu.plugins.module_utils import _workloads
+from ansible_collections.stacktune.gpu.plugins.module_utils._journal import HostLocked, LockTimeout, RunLock, host_flock
 from ansible_collections.stacktune.gpu.plugins.module_utils._bench import (
     COMMAND_FORMAT,
     WORKLOAD_CHOICES,
@@ -296,7 +321,10 @@ ARGUMENT_SPEC = dict(
     timeout=dict(type="int", default=600),
     env=dict(type="dict", default={}),
     run_in_check_mode=dict(type="bool", default=False),
+    run_id=dict(type="str"),
 )
+# How often a block renews its run's lease while it runs (the lease is minutes long).
+LEASE_TICK_S = 20.0
 
 
 class BenchFailure(Exception):
@@ -319,19 +347,64 @@ def workload_source():
         return handle.read()
 
 
-def run_process(what, argv, env, timeout, cpus=None, cwd=None):
-    """Run argv (see _workloads.run_process); turn start failures and timeouts into BenchFailure."""
+def last_line(text):
+    """The last non-empty line of a program's output (its own last words), or None."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1][:500] if lines else None
+
+
+def lease_keeper(run_id):
+    """Renew run_id's lease on the host; raise BenchFailure when the run lost the host."""
+    if not run_id:
+        return None
+    lock = RunLock()
+
+    def renew():
+        try:
+            with host_flock(10):
+                lock.renew(run_id)
+        except HostLocked as exc:
+            raise BenchFailure("Failed to measure a block: %s" % exc, failure="lease_lost", lease_lost=True) from None
+        except LockTimeout:
+            pass  # another module call of this run holds the flock; the next tick renews
+
+    return renew
+
+
+def run_process(what, argv, env, timeout, cpus=None, cwd=None, run_id=None):
+    """Run argv (see _workloads.run_process); turn start failures and timeouts into BenchFailure.
+
+    With ``run_id``, the block starts only while that run holds the host and renews its
+    lease while it runs; a lost lease kills the workload and fails the block.
+    """
+    renew = lease_keeper(run_id)
+    if renew is not None:
+        renew()
     try:
-        rc, out, err, timed_out = _workloads.run_process(argv, env, timeout, cpus=cpus, cwd=cwd)
+        rc, out, err, timed_out = _workloads.run_process(
+            argv, env, timeout, cpus=cpus, cwd=cwd, tick=renew, tick_every=LEASE_TICK_S
+        )
     except (OSError, ValueError) as exc:
-        raise BenchFailure("Failed to start %s: %s" % (what, exc), cmd=argv) from None
+        raise BenchFailure("Failed to start %s: %s" % (what, exc), cmd=argv, failure="start") from None
     if timed_out:
         raise BenchFailure(
             "Failed to run %s: still running after timeout=%d s, killed it and its children" % (what, timeout),
+            failure="hang",
+            error_line="still running after %d s" % timeout,
             stdout_tail=tail(out),
             stderr_tail=tail(err),
         )
     return rc, out, err
+
+
+def exit_words(rc):
+    """How a process ended, in words: 'exit status 2', 'killed by SIGKILL'."""
+    if rc is not None and rc < 0:
+        try:
+            return "killed by %s" % signal.Signals(-rc).name
+        except ValueError:
+            return "killed by signal %d" % -rc
+    return "exit status %s" % rc
 
 
 def run_builtin(params):
@@ -343,25 +416,31 @@ def run_builtin(params):
     with _workloads.private_program(workload_source(), "stacktune-bench-", PROGRAM_NAME) as (tmpdir, path):
         argv = [python, path, program_args(params, requested)]
         started = time.time()
-        rc, out, err = run_process("workload %s" % requested, argv, env, params["timeout"], cwd=tmpdir)
+        rc, out, err = run_process(
+            "workload %s" % requested, argv, env, params["timeout"], cwd=tmpdir, run_id=params["run_id"]
+        )
         elapsed = time.time() - started
     try:
         doc = parse_program_output(out)
     except ValueError as exc:
         raise BenchFailure(
-            "Failed to run workload %s with %s: %s (exit status %d)" % (requested, python, exc, rc),
+            "Failed to run workload %s with %s: %s (%s)" % (requested, python, exc, exit_words(rc)),
             rc=rc,
+            failure="exit" if rc != 0 else "output",
+            error_line=last_line(err) or exit_words(rc),
             stderr_tail=tail(err),
         ) from None
     if "error" in doc:
-        extra = {"rc": rc, "stderr_tail": tail(err)}
+        extra = {"rc": rc, "stderr_tail": tail(err), "failure": "error", "error_line": str(doc["error"])[:500]}
         if doc.get("traceback"):
             extra["exception"] = doc["traceback"]
         raise BenchFailure("Failed to run workload %s with %s: %s" % (requested, python, doc["error"]), **extra)
     if rc != 0:
         raise BenchFailure(
-            "Failed to run workload %s with %s: exit status %d" % (requested, python, rc),
+            "Failed to run workload %s with %s: %s" % (requested, python, exit_words(rc)),
             rc=rc,
+            failure="exit",
+            error_line=last_line(err) or exit_words(rc),
             stderr_tail=tail(err),
         )
     throughput = compute_throughput(doc["samples_ms"], doc["work_per_step"], doc["work_unit"])
@@ -381,7 +460,9 @@ def run_user_command(params):
     started = time.time()
     monitor.begin()
     try:
-        rc, out, err = run_process("command %s" % argv[0], argv, env, params["timeout"], cpus=params["cpus"])
+        rc, out, err = run_process(
+            "command %s" % argv[0], argv, env, params["timeout"], cpus=params["cpus"], run_id=params["run_id"]
+        )
     finally:
         monitor.end()
         conditions = monitor.result()
@@ -389,9 +470,11 @@ def run_user_command(params):
     if rc != 0:
         last = tail(err, lines=5, chars=1000)
         raise BenchFailure(
-            "Failed to run command %s: exit status %d%s" % (argv[0], rc, (": " + last) if last else ""),
+            "Failed to run command %s: %s%s" % (argv[0], exit_words(rc), (": " + last) if last else ""),
             rc=rc,
             cmd=argv,
+            failure="exit",
+            error_line=last_line(err) or exit_words(rc),
             stderr_tail=tail(err),
             stdout_tail=tail(out),
         )
@@ -402,7 +485,11 @@ def run_user_command(params):
         kept = split_warmup(steps_ms, params["warmup"], params["steps"])
     except ValueError as exc:
         raise BenchFailure(
-            "Failed to read step times from command %s: %s" % (argv[0], exc), cmd=argv, stdout_tail=tail(out)
+            "Failed to read step times from command %s: %s" % (argv[0], exc),
+            cmd=argv,
+            failure="output",
+            error_line=last_line(err) or str(exc),
+            stdout_tail=tail(out),
         ) from None
     throughput = printed_throughput or compute_throughput(kept, 1.0, "steps")
     details = {"command": argv, "rc": rc, "step_lines": len(steps_ms), "cpus": params["cpus"]}
@@ -418,7 +505,7 @@ def measure(params):
     try:
         params = validate_options(params)
     except ValueError as exc:
-        raise BenchFailure("Failed to validate bench options: %s" % exc) from None
+        raise BenchFailure("Failed to validate bench options: %s" % exc, failure="options") from None
     if params["workload"] == "command":
         return run_user_command(params)
     return run_builtin(params)

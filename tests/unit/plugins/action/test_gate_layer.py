@@ -13,7 +13,10 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import math
+import os
 import random
+import signal
+import tempfile
 from types import SimpleNamespace
 
 import pytest
@@ -21,17 +24,26 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.stacktune.gpu.plugins.action.gate_layer import ActionModule
+from ansible_collections.stacktune.gpu.plugins.plugin_utils._interrupt import read_records
 
 
 class FakeHost:
-    """Answers host_settings and bench; the layer slows the workload by ``effect`` while it is on."""
+    """Answers host_settings, run_lock and bench; the layer slows the workload by ``effect`` while it is on.
 
-    def __init__(self, effect=1.0, fail_bench_at=None):
+    ``fail``: how the workload fails, a function of (block number, layer on) returning a bench
+    failure result or None; ``hook``: called before each block (block number) to inject a signal.
+    """
+
+    def __init__(self, effect=1.0, fail=None, hook=None):
         self.on = True
         self.effect = effect
         self.calls = []
         self.rng = random.Random(3)
-        self.fail_bench_at = fail_bench_at
+        self.fail = fail
+        self.hook = hook
+
+    def states(self):
+        return [a["state"] for name, a in self.calls if name == "host_settings"]
 
     def execute(self, module_name, module_args, task_vars):
         self.calls.append((module_name.rsplit(".", 1)[1], dict(module_args)))
@@ -39,12 +51,17 @@ class FakeHost:
             state = module_args["state"]
             if state == "reapplied":
                 self.on = True
-            elif state == "restored":
+            elif state in ("restored", "suspended", "interrupted"):
                 self.on = False
             return {"changed": True}
+        if module_name.endswith("run_lock"):
+            return {"changed": False}
         benches = sum(1 for name, _args in self.calls if name == "bench")
-        if self.fail_bench_at == benches:
-            return {"failed": True, "msg": "workload gemm needs a CUDA GPU"}
+        if self.hook:
+            self.hook(benches)
+        failed = self.fail(benches, self.on) if self.fail else None
+        if failed:
+            return dict(failed, failed=True)
         level = math.exp(self.rng.gauss(0, 0.01)) * (self.effect if self.on else 1.0)
         return {
             "samples_ms": [level * math.exp(self.rng.gauss(0, 0.01)) for _i in range(200)],
@@ -81,7 +98,7 @@ def test_a_harmful_layer_is_measured_in_abba_order_and_restored(monkeypatch):
     assert res["gate"]["decision"] == "rollback"
     states = [a["state"] for name, a in host.calls if name == "host_settings"]
     # on (applied by the role), off, [off], on, [on], off, [off], on; then restore with the decision
-    assert states == ["restored", "reapplied", "restored", "reapplied", "restored"]
+    assert states == ["suspended", "reapplied", "suspended", "reapplied", "restored"]
     last = host.calls[-1][1]
     assert last["restore_to"] == "snapshot"
     assert last["decision"]["decision"] == "rollback"
@@ -116,12 +133,135 @@ def test_check_mode_measures_nothing(monkeypatch):
     assert host.calls == []
 
 
-def test_a_failed_block_leaves_the_layer_applied_for_the_next_run(monkeypatch):
-    host = FakeHost(fail_bench_at=2)  # the second block is the first one with the layer off
-    with pytest.raises(AnsibleActionFail, match="Failed to measure layer nccl: bench failed: workload gemm needs"):
+def test_an_error_of_the_run_puts_the_layer_back_unjudged(monkeypatch):
+    """A bench error that is no measurement (bad options, no interpreter): back to the snapshot, then fail."""
+    host = FakeHost(fail=lambda n, on: {"msg": "Failed to start workload: no such file", "failure": "start"} if n == 2 else None)
+    with pytest.raises(AnsibleActionFail, match="Failed to measure layer nccl: bench failed: Failed to start") as exc:
         action(dict(BASE), host, monkeypatch=monkeypatch).run(task_vars={})
-    assert host.on is True
-    assert [a["state"] for name, a in host.calls if name == "host_settings"] == ["restored", "reapplied"]
+    assert "put back to its snapshot" in str(exc.value)
+    assert host.states() == ["suspended", "interrupted"]
+    assert host.calls[-1][1]["decision"]["reason"].startswith("not judged: ")
+    assert host.on is False
+
+
+SHM = "RuntimeError: unable to allocate shared memory(shm) for file </torch_85_1>"
+
+
+def crash_with_layer(n, on):
+    return {"msg": "Failed to run command python3: exit status 1", "failure": "exit", "error_line": SHM} if on else None
+
+
+def test_a_layer_that_makes_the_workload_crash_is_rolled_back_with_that_cause(monkeypatch):
+    host = FakeHost(fail=crash_with_layer)
+    res = action(dict(BASE), host, monkeypatch=monkeypatch).run(task_vars={})
+    gate = res["gate"]
+    assert gate["decision"] == "rollback" and gate["cause"] == "workload_fails"
+    assert gate["summary"] == "rollback: the workload fails with this layer: %s on allreduce" % SHM
+    assert "block 1 with the layer failed, block 2 without it ran" in gate["reason"]
+    # one block with (failed), one without (ran) - no more time spent; then the rollback is journaled
+    assert [name for name, _a in host.calls] == ["bench", "host_settings", "bench", "host_settings"]
+    assert host.states() == ["suspended", "restored"]
+    assert host.calls[-1][1]["decision"]["decision"] == "rollback"
+    assert host.on is False
+
+
+def test_a_hang_with_the_layer_is_a_rollback(monkeypatch):
+    host = FakeHost(
+        fail=lambda n, on: {"msg": "still running", "failure": "hang", "error_line": "still running after 60 s"}
+        if on
+        else None
+    )
+    res = action(dict(BASE), host, monkeypatch=monkeypatch).run(task_vars={})
+    assert res["gate"]["summary"].startswith("rollback: the workload hangs with this layer: still running after 60 s")
+
+
+def test_a_workload_broken_either_way_stops_with_the_layer_put_back(monkeypatch):
+    host = FakeHost(fail=lambda n, on: {"msg": "x", "failure": "exit", "error_line": "ImportError: no torch"})
+    with pytest.raises(AnsibleActionFail) as exc:
+        action(dict(BASE), host, monkeypatch=monkeypatch).run(task_vars={})
+    message = str(exc.value)
+    assert "the workload allreduce fails with and without the layer" in message
+    assert "ImportError: no torch" in message and "put back to its snapshot" in message
+    assert host.states() == ["suspended", "interrupted"]
+    assert "not judged" in host.calls[-1][1]["decision"]["reason"]
+
+
+def test_a_flaky_workload_is_judged_on_the_blocks_that_ran_and_said_to_be_flaky(monkeypatch):
+    # block 2 (without the layer) and block 5 (with it) fail; everything else runs
+    host = FakeHost(fail=lambda n, on: {"msg": "x", "failure": "exit", "error_line": "Bus error"} if n in (2, 5) else None)
+    res = action(dict(BASE), host, monkeypatch=monkeypatch).run(task_vars={})
+    gate = res["gate"]
+    assert gate["decision"] == "keep" and gate["flaky"] is True
+    assert "the workload is flaky: allreduce failed in 1 of" in gate["summary"]
+    assert "and 1 of" in gate["summary"] and "(last: Bus error)" in gate["summary"]
+    assert len(gate["failures"]["allreduce"]["on"]) == 1 and len(gate["failures"]["allreduce"]["off"]) == 1
+
+
+def test_a_lost_lease_stops_without_touching_the_host(monkeypatch):
+    host = FakeHost(fail=lambda n, on: {"msg": "run r1 no longer holds the host", "lease_lost": True} if n == 3 else None)
+    with pytest.raises(AnsibleActionFail, match="Stopped measuring layer nccl: bench failed: run r1 no longer holds"):
+        action(dict(BASE), host, monkeypatch=monkeypatch).run(task_vars={})
+    assert host.calls[-1][0] == "bench"  # nothing after the refusal
+
+
+class WorkerExit(Exception):
+    pass
+
+
+@pytest.mark.parametrize(
+    "signum,at,during",
+    [
+        (signal.SIGINT, 1, "a block with the layer"),
+        (signal.SIGTERM, 2, "a block without the layer"),
+        (signal.SIGHUP, 3, "a block without the layer"),
+    ],
+)
+def test_a_signal_during_a_block_puts_the_layer_back_and_frees_the_host(monkeypatch, tmp_path, signum, at, during):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    tempfile.tempdir = None
+    host = FakeHost(hook=lambda n: os.kill(os.getpid(), signum) if n == at else None)
+    act = action(dict(BASE), host, monkeypatch=monkeypatch)
+
+    def stop():
+        raise WorkerExit()
+
+    act._exit_worker = stop
+    kept = [{"layer": "memory", "decision": "keep", "changed": True}]
+    with pytest.raises(WorkerExit):
+        act.run(task_vars={"inventory_hostname": "gpu-01", "stacktune_results": kept})
+    tempfile.tempdir = None
+    # the layer back to its snapshot with the interruption, never a verdict; then the lock released
+    assert [name for name, _a in host.calls][-2:] == ["host_settings", "run_lock"]
+    reason = host.calls[-2][1]["decision"]["reason"]
+    assert host.calls[-2][1]["state"] == "interrupted" and "decision" not in host.calls[-2][1]["decision"]
+    assert reason == "interrupted: %s during %s" % (signal.Signals(signum).name, during)
+    assert host.calls[-1][1]["state"] == "unlocked" and host.calls[-1][1]["run_id"] == "r1"
+    records = read_records(os.getppid())
+    assert records["gpu-01"]["layer"] == "nccl" and records["gpu-01"]["lock"] == "released"
+    assert records["gpu-01"]["kept"] == ["memory"] and "rollback" in records["gpu-01"]["undo"]
+    # the worker's own handlers are back once the gate is done
+    assert signal.getsignal(signal.SIGINT) is not None
+
+
+def test_a_signal_during_a_switch_lets_the_switch_finish_first(monkeypatch, tmp_path):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    tempfile.tempdir = None
+    host = FakeHost()
+    real = host.execute
+
+    def execute(module_name, module_args, task_vars):
+        if module_args.get("state") == "suspended":
+            os.kill(os.getpid(), signal.SIGTERM)  # arrives while the engine switches the layer off
+        return real(module_name, module_args, task_vars)
+
+    host.execute = execute
+    act = action(dict(BASE), host, monkeypatch=monkeypatch)
+    act._exit_worker = lambda: (_ for _ in ()).throw(WorkerExit())
+    with pytest.raises(WorkerExit):
+        act.run(task_vars={"inventory_hostname": "gpu-01"})
+    tempfile.tempdir = None
+    assert host.states() == ["suspended", "interrupted"]
+    assert host.calls[-2][1]["decision"]["reason"] == "interrupted: SIGTERM during a switch of the layer"
 
 
 @pytest.mark.parametrize(
