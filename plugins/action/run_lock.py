@@ -39,29 +39,34 @@ class ActionModule(ActionBase):
             args.setdefault("controller", here)
             if not args.get("owner"):
                 args["owner"] = "%s@%s" % (here["user"], here["host"])
+        state = args.get("state", "locked")
         wait = args.get("wait") or 0
-        first = dict(args, wait=0) if args.get("state", "locked") == "locked" else args
+        first = dict(args, wait=0) if state == "locked" else args
         res = self._execute_module(module_name="stacktune.gpu.run_lock", module_args=first, task_vars=task_vars)
         holder = res.get("holder") or {}
-        if res.get("failed") and not res.get("lease_lost") and holder and is_gone(holder.get("controller"), here):
+        refused = res.get("failed") and not res.get("lease_lost") and holder
+        if refused and is_gone(holder.get("controller"), here):
             # the run that holds the host was started from this controller and its process is gone
-            res = self._execute_module(
-                module_name="stacktune.gpu.run_lock",
-                module_args=dict(args, wait=0, takeover=holder["run_id"]),
-                task_vars=task_vars,
-            )
+            again = dict(args, wait=0, takeover=holder["run_id"]) if state == "locked" else dict(args, force=True)
+            res = self._execute_module(module_name="stacktune.gpu.run_lock", module_args=again, task_vars=task_vars)
             if not res.get("failed"):
-                res.setdefault("notes", []).append(
-                    "took the host over from run %s: its controller process (pid %s on %s) is gone"
-                    % (holder["run_id"], (holder.get("controller") or {}).get("pid"), here["host"])
+                res.setdefault("notes", []).insert(
+                    0,
+                    "%s the host's lock from run %s: its controller process (pid %s on %s) is gone"
+                    % (
+                        "took over" if state == "locked" else "ignored",
+                        holder["run_id"],
+                        (holder.get("controller") or {}).get("pid"),
+                        here["host"],
+                    ),
                 )
-        elif res.get("failed") and not res.get("lease_lost") and holder and wait:
+        elif refused and wait and state == "locked":
             res = self._execute_module(module_name="stacktune.gpu.run_lock", module_args=args, task_vars=task_vars)
         for note in res.get("notes") or []:
             display.display("    %s: %s" % (task_vars.get("inventory_hostname", "?"), note))
         if res.get("failed") and holder and not res.get("lease_lost"):
             entry = args.get("entry") or "tune"
-            again = command(entry, task_vars, ["-e", "stacktune_lock_break=true"])
-            res["msg"] = res.get("msg", "").replace(LOCK_BREAK_HINT, "run: %s" % again)
+            hint = command(entry, task_vars, ["-e", "stacktune_lock_break=true"])
+            res["msg"] = res.get("msg", "").replace(LOCK_BREAK_HINT, "run: %s" % hint)
         result.update(res)
         return result

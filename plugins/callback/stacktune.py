@@ -31,10 +31,12 @@ extends_documentation_fragment:
 """
 
 import json
+import threading
 import time
 
 from ansible import context
 from ansible.plugins.callback.default import CallbackModule as DefaultCallback
+from ansible_collections.stacktune.gpu.plugins.plugin_utils._interrupt import install_controller_handlers
 
 
 def _get(result, name):
@@ -81,6 +83,13 @@ class CallbackModule(DefaultCallback):
         return [str(msg)]
 
     # ------------------------------------------------------------------ plays and tasks
+    def v2_playbook_on_start(self, playbook):
+        super().v2_playbook_on_start(playbook)
+        # Ctrl-C, a scheduler's SIGTERM, a closed terminal: wait for the gate to put the layer it
+        # measures back, then say what each host was left in (plugin_utils/_interrupt.py)
+        if threading.current_thread() is threading.main_thread():
+            install_controller_handlers()
+
     def v2_playbook_on_play_start(self, play):
         if self._verbose():
             super().v2_playbook_on_play_start(play)

@@ -900,10 +900,11 @@ def program_env(overrides=None, base=None):
     return env
 
 
-def run_program(python, config, env, timeout):
+def run_program(python, config, env, timeout, tick=None):
     """Run PROGRAM with ``python`` in a private temporary folder (mode 0700; program and
     config files mode 0600; argv list, no shell). Returns rc, stdout, stderr, report (the
-    parsed JSON report or None) and timed_out. The folder is removed afterwards."""
+    parsed JSON report or None) and timed_out. The folder is removed afterwards.
+    ``tick`` is called while it runs (renewing the run's lease; see run_process)."""
     with private_program(PROGRAM, "stacktune-acceptance-", "acceptance.py") as (tmpdir, prog):
         config = dict(config)
         config["result_path"] = os.path.join(tmpdir, "report.json")
@@ -911,7 +912,7 @@ def run_program(python, config, env, timeout):
         with os.fdopen(fd, "w") as fh:
             json.dump(config, fh)
         rc, out, err, timed_out = run_process(
-            [python, prog, os.path.join(tmpdir, "config.json")], env, timeout, cwd=tmpdir
+            [python, prog, os.path.join(tmpdir, "config.json")], env, timeout, cwd=tmpdir, tick=tick, tick_every=1.0
         )
         report = None
         if os.path.exists(config["result_path"]):

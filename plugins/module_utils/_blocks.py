@@ -862,10 +862,15 @@ class WorkloadBroken(Exception):
     """The workload fails without the layer as well as with it: nothing can be judged."""
 
     def __init__(self, workload, with_layer, without_layer):
-        super().__init__(
-            "the workload %s fails with and without the layer (with it: %s; without it: %s)"
-            % (workload, with_layer, without_layer)
-        )
+        if with_layer == without_layer:
+            words = "the workload %s fails with and without the layer: %s" % (workload, with_layer)
+        else:
+            words = "the workload %s fails with and without the layer (with it: %s; without it: %s)" % (
+                workload,
+                with_layer,
+                without_layer,
+            )
+        super().__init__(words)
         self.workload = workload
         self.errors = {"with": with_layer, "without": without_layer}
 

@@ -388,3 +388,31 @@ class RunLock(object):
             past.append({"run_id": holder["run_id"], "ended": how, "by": run_id, "time": _iso(time.time())})
             self._write(None, past)
         return True, holder
+
+
+def lease_ticker(run_id, root="/", renew_every=20.0, flock_timeout=10):
+    """A function for a long program's run_process ``tick``: it checks on every call (a read,
+    no lock) that run_id still holds the host, and renews its lease every ``renew_every`` s.
+
+    It raises HostLocked (LeaseLost) as soon as the run no longer holds the host, so a block
+    whose run was stopped or taken over ends within one tick. When another module call holds
+    the host's flock, a renewal waits for the next tick.
+    """
+    lock = RunLock(root)
+    last = {"renewed": None}
+
+    def tick():
+        holder = lock.holder()
+        due = last["renewed"] is None or time.monotonic() - last["renewed"] >= renew_every
+        if holder is not None and holder["run_id"] == run_id and not due:
+            return
+        try:
+            with host_flock(flock_timeout, root):
+                lock.renew(run_id)
+            last["renewed"] = time.monotonic()
+        except HostLocked:
+            raise
+        except LockTimeout:
+            pass
+
+    return tick

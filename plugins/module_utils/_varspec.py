@@ -47,6 +47,9 @@ RULES = {
     "stacktune_bench_steps": {"min": 10},
     "stacktune_bench_warmup": {"min": 0},
     "stacktune_bench_timeout": {"min": 1},
+    "stacktune_lock_wait": {"min": 0},
+    # a lease must outlast the time between two renewals (engine calls, block ticks)
+    "stacktune_lock_ttl": {"min": 60},
 }
 
 

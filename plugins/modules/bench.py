@@ -292,7 +292,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.stacktune.gpu.plugins.module_utils import _workloads
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import HostLocked, LockTimeout, RunLock, host_flock
+from ansible_collections.stacktune.gpu.plugins.module_utils._journal import HostLocked, lease_ticker
 from ansible_collections.stacktune.gpu.plugins.module_utils._bench import (
     COMMAND_FORMAT,
     WORKLOAD_CHOICES,
@@ -323,8 +323,9 @@ ARGUMENT_SPEC = dict(
     run_in_check_mode=dict(type="bool", default=False),
     run_id=dict(type="str"),
 )
-# How often a block renews its run's lease while it runs (the lease is minutes long).
-LEASE_TICK_S = 20.0
+# How often a running block checks that its run still holds the host (it renews the lease,
+# which is minutes long, every 20 s of those checks).
+LEASE_TICK_S = 1.0
 
 
 class BenchFailure(Exception):
@@ -353,37 +354,21 @@ def last_line(text):
     return lines[-1][:500] if lines else None
 
 
-def lease_keeper(run_id):
-    """Renew run_id's lease on the host; raise BenchFailure when the run lost the host."""
-    if not run_id:
-        return None
-    lock = RunLock()
-
-    def renew():
-        try:
-            with host_flock(10):
-                lock.renew(run_id)
-        except HostLocked as exc:
-            raise BenchFailure("Failed to measure a block: %s" % exc, failure="lease_lost", lease_lost=True) from None
-        except LockTimeout:
-            pass  # another module call of this run holds the flock; the next tick renews
-
-    return renew
-
-
 def run_process(what, argv, env, timeout, cpus=None, cwd=None, run_id=None):
     """Run argv (see _workloads.run_process); turn start failures and timeouts into BenchFailure.
 
     With ``run_id``, the block starts only while that run holds the host and renews its
     lease while it runs; a lost lease kills the workload and fails the block.
     """
-    renew = lease_keeper(run_id)
-    if renew is not None:
-        renew()
+    renew = lease_ticker(run_id) if run_id else None
     try:
+        if renew is not None:
+            renew()
         rc, out, err, timed_out = _workloads.run_process(
             argv, env, timeout, cpus=cpus, cwd=cwd, tick=renew, tick_every=LEASE_TICK_S
         )
+    except HostLocked as exc:
+        raise BenchFailure("Failed to measure a block: %s" % exc, failure="lease_lost", lease_lost=True) from None
     except (OSError, ValueError) as exc:
         raise BenchFailure("Failed to start %s: %s" % (what, exc), cmd=argv, failure="start") from None
     if timed_out:

@@ -118,6 +118,12 @@ options:
         C(acceptance.json) there (mode 0600, under the journal lock) with a short history, and
         counters are compared with the previous record. Unset, nothing is written.
     type: path
+  run_id:
+    description:
+      - The stacktune run that holds the host (M(stacktune.gpu.run_lock)). The program then
+        starts only while that run holds the host, renews its lease while it runs, and is
+        stopped when the lease is released, broken or taken over.
+    type: str
   metrics_path:
     description:
       - Prometheus textfile for node_exporter's textfile collector with the
@@ -282,7 +288,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.stacktune.gpu.plugins.module_utils import _acceptance
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import LockTimeout
+from ansible_collections.stacktune.gpu.plugins.module_utils._journal import HostLocked, LockTimeout, lease_ticker
 
 
 def _not_run(message, tail=None, rc=None):
@@ -356,6 +362,7 @@ def main():
             journal_dir=dict(type="path"),
             metrics_path=dict(type="path"),
             validate_only=dict(type="bool", default=False),
+            run_id=dict(type="str"),
         ),
         supports_check_mode=True,
     )
@@ -405,8 +412,13 @@ def main():
         fail_not_run("no GPU to accept: interpreter %s is not an executable file" % python)
 
     env = _acceptance.program_env(p["environment"])
+    tick = lease_ticker(p["run_id"]) if p["run_id"] else None
     try:
-        run = _acceptance.run_program(python, config, env, timeout)
+        if tick is not None:
+            tick()
+        run = _acceptance.run_program(python, config, env, timeout, tick=tick)
+    except HostLocked as e:
+        module.fail_json(msg="Failed to run the acceptance program: %s" % e, lease_lost=True, **base)
     except (OSError, ValueError) as e:
         fail_not_run("Failed to run the acceptance program with %s: %s" % (python, e))
     tail = (run["stderr"] or run["stdout"])[-2000:]

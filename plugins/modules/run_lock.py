@@ -19,7 +19,7 @@ description:
     holds it, a second run against the same host is refused with a message naming the
     holder (or waits up to I(wait) seconds), and M(stacktune.gpu.host_settings) refuses
     every write of any other run id, so two runs never interleave writes.
-  - There is one lock per host, C(/var/lib/stacktune/run.lock), whatever I(journal_dir):
+  - There is one lock per host, C(/var/lib/stacktune/run.lock), whatever I(journal_dir),
     two runs with different journal directories still exclude each other.
   - The lock is a short lease (I(ttl)) that the run renews with every engine write and
     every measured block. It records the run id, the owner, the controller (host, boot,

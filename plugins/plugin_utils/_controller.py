@@ -15,7 +15,7 @@ import shlex
 import socket
 
 # The collection's root (this file is plugins/plugin_utils/_controller.py).
-COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 LOCAL_INVENTORY = os.path.join("inventories", "local", "hosts.yml")
 MAKE_TARGETS = ("tune", "verify", "drift", "rollback", "calibrate")
 PLAYBOOKS = {"tune": "tune.yml"}  # the others are playbooks/<entry>.yml
@@ -97,13 +97,13 @@ def command(entry, task_vars, extra=None):
     extra = list(extra or [])
     inventory = task_vars.get("inventory_file") or ""
     host = task_vars.get("inventory_hostname") or "all"
-    local = os.path.abspath(os.path.join(COLLECTION_ROOT, LOCAL_INVENTORY))
-    if _checkout() and entry in MAKE_TARGETS and inventory and os.path.abspath(inventory) == local:
+    local = os.path.join(COLLECTION_ROOT, LOCAL_INVENTORY)
+    if _checkout() and entry in MAKE_TARGETS and inventory and os.path.realpath(inventory) == local:
         return "make %s%s" % (entry, (' ARGS="%s"' % " ".join(extra)) if extra else "")
     if _checkout():
         playbook = os.path.join(COLLECTION_ROOT, PLAYBOOKS.get(entry, os.path.join("playbooks", entry + ".yml")))
-        if os.path.dirname(playbook).startswith(os.getcwd()):
-            playbook = os.path.relpath(playbook)
+        if playbook.startswith(os.path.realpath(os.getcwd()) + os.sep):
+            playbook = os.path.relpath(playbook, os.path.realpath(os.getcwd()))
     else:
         playbook = "stacktune.gpu.%s" % entry
     argv = ["ansible-playbook"]

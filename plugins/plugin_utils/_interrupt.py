@@ -152,3 +152,72 @@ def read_records(controller_pid):
             continue
         out[record.get("host", name[:-5])] = record
     return out
+
+
+# ---------------------------------------------------------------- the controller's side
+
+CONTROLLER_WAIT_S = 120.0  # how long the controller waits for its workers' clean-up
+
+
+def _write(text):
+    with contextlib.suppress(OSError):  # the terminal is gone (SIGHUP)
+        os.write(1, text.encode("utf-8", "replace"))
+
+
+def summary_lines(signame, records):
+    """What the controller prints once its workers have cleaned up after a signal."""
+    lines = ["stacktune: stopped by %s. What each host was left in:" % signame]
+    for host, record in sorted(records.items()):
+        lines.append(
+            "  %s: %s was being measured (%s). %s."
+            % (host, record.get("layer"), record.get("why"), record.get("layer_outcome"))
+        )
+        kept = record.get("kept") or []
+        lines.append(
+            "    Kept earlier in this run: %s. The lock is %s. Undo the rest: %s"
+            % (", ".join(kept) if kept else "nothing", record.get("lock"), record.get("undo"))
+        )
+    lines.append(
+        "  Any other host was stopped between measurements: what it was applying is put back by the "
+        "next run from this controller, which takes its lock over (or undo it: make rollback, or "
+        "playbooks/rollback.yml for your inventory, with -e stacktune_lock_break=true)."
+    )
+    return lines
+
+
+def install_controller_handlers():
+    """In the ansible-playbook process: on SIGINT, SIGTERM or SIGHUP, pass the signal to the
+    workers, wait for those that measure a layer to put it back (``CONTROLLER_WAIT_S`` at
+    most), print what each host was left in, then stop the way Ansible does."""
+    import multiprocessing  # pylint: disable=import-outside-toplevel
+
+    state = {"busy": False}
+
+    def handler(signum, frame, previous):
+        if state["busy"]:
+            return
+        state["busy"] = True
+        workers = [w for w in multiprocessing.active_children() if w.pid]
+        for worker in workers:
+            with contextlib.suppress(OSError):
+                os.kill(worker.pid, signum)
+        deadline = time.time() + CONTROLLER_WAIT_S
+        for worker in workers:
+            worker.join(max(0.0, deadline - time.time()))
+        records = read_records(os.getpid())
+        if records:
+            _write("\n".join(summary_lines(signal.Signals(signum).name, records)) + "\n")
+        with contextlib.suppress(OSError):
+            for name in os.listdir(record_dir(os.getpid())):
+                os.unlink(os.path.join(record_dir(os.getpid()), name))
+            os.rmdir(record_dir(os.getpid()))
+        state["busy"] = False
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    for signum in SIGNALS:
+        previous = signal.getsignal(signum)
+        signal.signal(signum, lambda s, f, previous=previous: handler(s, f, previous))

@@ -135,7 +135,8 @@ def test_check_mode_measures_nothing(monkeypatch):
 
 def test_an_error_of_the_run_puts_the_layer_back_unjudged(monkeypatch):
     """A bench error that is no measurement (bad options, no interpreter): back to the snapshot, then fail."""
-    host = FakeHost(fail=lambda n, on: {"msg": "Failed to start workload: no such file", "failure": "start"} if n == 2 else None)
+    start = {"msg": "Failed to start workload: no such file", "failure": "start"}
+    host = FakeHost(fail=lambda n, on: start if n == 2 else None)
     with pytest.raises(AnsibleActionFail, match="Failed to measure layer nccl: bench failed: Failed to start") as exc:
         action(dict(BASE), host, monkeypatch=monkeypatch).run(task_vars={})
     assert "put back to its snapshot" in str(exc.value)
@@ -167,9 +168,9 @@ def test_a_layer_that_makes_the_workload_crash_is_rolled_back_with_that_cause(mo
 
 def test_a_hang_with_the_layer_is_a_rollback(monkeypatch):
     host = FakeHost(
-        fail=lambda n, on: {"msg": "still running", "failure": "hang", "error_line": "still running after 60 s"}
-        if on
-        else None
+        fail=lambda n, on: (
+            {"msg": "still running", "failure": "hang", "error_line": "still running after 60 s"} if on else None
+        )
     )
     res = action(dict(BASE), host, monkeypatch=monkeypatch).run(task_vars={})
     assert res["gate"]["summary"].startswith("rollback: the workload hangs with this layer: still running after 60 s")
@@ -180,7 +181,7 @@ def test_a_workload_broken_either_way_stops_with_the_layer_put_back(monkeypatch)
     with pytest.raises(AnsibleActionFail) as exc:
         action(dict(BASE), host, monkeypatch=monkeypatch).run(task_vars={})
     message = str(exc.value)
-    assert "the workload allreduce fails with and without the layer" in message
+    assert "the workload allreduce fails with and without the layer: ImportError: no torch" in message
     assert "ImportError: no torch" in message and "put back to its snapshot" in message
     assert host.states() == ["suspended", "interrupted"]
     assert "not judged" in host.calls[-1][1]["decision"]["reason"]
@@ -188,7 +189,8 @@ def test_a_workload_broken_either_way_stops_with_the_layer_put_back(monkeypatch)
 
 def test_a_flaky_workload_is_judged_on_the_blocks_that_ran_and_said_to_be_flaky(monkeypatch):
     # block 2 (without the layer) and block 5 (with it) fail; everything else runs
-    host = FakeHost(fail=lambda n, on: {"msg": "x", "failure": "exit", "error_line": "Bus error"} if n in (2, 5) else None)
+    bus = {"msg": "x", "failure": "exit", "error_line": "Bus error"}
+    host = FakeHost(fail=lambda n, on: bus if n in (2, 5) else None)
     res = action(dict(BASE), host, monkeypatch=monkeypatch).run(task_vars={})
     gate = res["gate"]
     assert gate["decision"] == "keep" and gate["flaky"] is True
@@ -198,7 +200,8 @@ def test_a_flaky_workload_is_judged_on_the_blocks_that_ran_and_said_to_be_flaky(
 
 
 def test_a_lost_lease_stops_without_touching_the_host(monkeypatch):
-    host = FakeHost(fail=lambda n, on: {"msg": "run r1 no longer holds the host", "lease_lost": True} if n == 3 else None)
+    lost = {"msg": "run r1 no longer holds the host", "lease_lost": True}
+    host = FakeHost(fail=lambda n, on: lost if n == 3 else None)
     with pytest.raises(AnsibleActionFail, match="Stopped measuring layer nccl: bench failed: run r1 no longer holds"):
         action(dict(BASE), host, monkeypatch=monkeypatch).run(task_vars={})
     assert host.calls[-1][0] == "bench"  # nothing after the refusal
@@ -256,7 +259,11 @@ def test_a_signal_during_a_switch_lets_the_switch_finish_first(monkeypatch, tmp_
 
     host.execute = execute
     act = action(dict(BASE), host, monkeypatch=monkeypatch)
-    act._exit_worker = lambda: (_ for _ in ()).throw(WorkerExit())
+
+    def stop():
+        raise WorkerExit()
+
+    act._exit_worker = stop
     with pytest.raises(WorkerExit):
         act.run(task_vars={"inventory_hostname": "gpu-01"})
     tempfile.tempdir = None
