@@ -15,7 +15,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # Extra arguments for ansible-playbook, e.g. make tune ARGS="--check --diff"
 ARGS ?=
 # Molecule scenarios run by `make test` (space separated); docs/safety.md describes `safety`.
-SCENARIOS ?= default layers gate privileged fleet safety
+SCENARIOS ?= default layers gate failures privileged fleet safety
 PY_SOURCES := plugins tests benchmarks
 
 .PHONY: tune verify drift rollback calibrate facts test lint sanity unit molecule test-safety test-gpu bench bench-gate bench-facts bench-drift deps-run deps-test image clean
