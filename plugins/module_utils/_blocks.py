@@ -1039,6 +1039,7 @@ class Trial:
             out = self.measure(w)
             position += 1
             runs[w][arm] += 1
+            order.append(arm)
             if out.get("failed"):
                 fails[w][arm].append({"position": position, "failure": out.get("failure"), "error": out.get("error")})
                 return out
@@ -1063,9 +1064,10 @@ class Trial:
                     # a block with the layer failed: does the workload run without it?
                     toggles += self._switch(False)
                     confirm = block(w, "off")
-                    order.append("off")
                     if not confirm.get("failed"):
                         result = failure_decision(w, self.policy, fails[w]["on"][-1], position, fails)
+                        per_arm["on"] += 1
+                        per_arm["off"] += 1
                         break
                     if not ran(w):
                         raise WorkloadBroken(w, _failure_words(out)[1], _failure_words(confirm)[1])
@@ -1073,7 +1075,6 @@ class Trial:
                 if result is not None:
                     break
                 per_arm[arm] += 1
-                order.append(arm)
             if result is not None:
                 break
             quads += 1

@@ -361,6 +361,7 @@ class Engine(object):
             return self._summary("suspended", [], [], entry, changed=False, note="layer %s is off already" % layer)
         result = self.restore("snapshot", run_id, entry=entry, recovering=True)
         if not self.check_mode:
+            fileops.pause_point("mid_suspend", layer)
             entry = self.journal.load(layer)
             entry["state"] = "suspended"
             entry["history"].append({"time": now(), "run_id": run_id, "action": "suspend"})

@@ -14,9 +14,12 @@ import os
 import signal
 import stat
 import tempfile
+import time
 
 TEMP_PREFIX = ".stacktune-"
 KILL_ENV = "STACKTUNE_TEST_KILL_AT"
+PAUSE_ENV = "STACKTUNE_TEST_PAUSE_AT"
+PAUSE_MARK = "/run/stacktune-test-paused"
 
 
 def kill_point(point, layer=None):
@@ -34,6 +37,24 @@ def kill_point(point, layer=None):
     name, _sep, only = wanted.partition("@")
     if name == point and (not only or only == layer):
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def pause_point(point, layer=None, seconds=4.0):
+    """Test hook: stop here for a few seconds, so a test can signal the controller meanwhile.
+
+    Set ``STACKTUNE_TEST_PAUSE_AT`` to ``<point>`` or ``<point>@<layer>``; the engine then
+    writes /run/stacktune-test-paused when it gets there and waits ``seconds``. Unset, it
+    does nothing. Points: mid_suspend (the gate is switching a layer off: the host is back
+    at the snapshot, the journal not yet written).
+    """
+    wanted = os.environ.get(PAUSE_ENV, "")
+    if not wanted:
+        return
+    name, _sep, only = wanted.partition("@")
+    if name == point and (not only or only == layer):
+        with open(PAUSE_MARK, "w") as handle:
+            handle.write("%s@%s\n" % (point, layer))
+        time.sleep(seconds)
 
 
 def rooted(root, path):

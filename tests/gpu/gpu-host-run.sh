@@ -12,7 +12,7 @@ RUN_DIR="${RUN_DIR:-/tmp/stacktune-gpu-run}"
 mkdir -p "$RUN_DIR"
 log="$RUN_DIR/gpu-host-run.log"
 exec > >(tee -a "$log") 2>&1
-steps="${*:-capture pytest facts bench tune acceptance}"  # also: safety gate-a gate-b calibrate nccl acceptance-depth
+steps="${*:-capture pytest facts bench tune acceptance}"  # also: safety failures signals gate-a gate-b calibrate nccl acceptance-depth
 py="${PYTHON:-python3}"
 if [ -d .whl ] && ! "$py" -c 'import ansible' 2>/dev/null; then
   "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -124,6 +124,57 @@ PY
       echo "state hash after rollback: $(state_hash after)"
       [ -e "$RUN_DIR/state-before.txt" ] && diff "$RUN_DIR/state-before.txt" "$RUN_DIR/state-after.txt" \
         && echo "ROLLBACK EXACT: state after rollback == before the gate runs"
+      ;;
+    failures)
+      # A layer that breaks the user's own training is a rollback, and Ctrl-C during a block
+      # leaves the host as it was: the ResNet-18 DataLoader program (tests/gpu/train_step_program.py)
+      # with /dev/shm shrunk to 128M by the memory layer, then kernel and nccl gated after it.
+      prog="$PWD/tests/gpu/train_step_program.py"
+      fail_vars='{"stacktune_layers": ["memory", "kernel", "nccl"], "memory_shm_size": "128M",
+        "stacktune_bench_workload": "command", "stacktune_bench_command": ["python3", "'"$prog"'", "--steps", "80"],
+        "stacktune_bench_warmup": 10, "stacktune_bench_steps": 70,
+        "stacktune_gate_default_policy": "no_regression",
+        "stacktune_gate_policies": {"memory": "no_regression", "kernel": "no_regression", "nccl": "no_regression"},
+        "stacktune_gate_budget": {"min_blocks": 2, "max_blocks": 2, "max_seconds": 400}}'
+      echo "state hash before: $(state_hash before)"; echo "/dev/shm before: $(findmnt -no SIZE /dev/shm)"
+      run ap tune.yml -e stacktune_run_id=shm-failure -e stacktune_report_dir="$RUN_DIR/reports" -e "$fail_vars"
+      echo "/dev/shm after the run: $(findmnt -no SIZE /dev/shm)"
+      "$py" -c 'import json,sys
+for layer in ("memory", "kernel", "nccl"):
+    e = json.load(open("/var/lib/stacktune/layers/%s.json" % layer)); d = e.get("decision") or {}
+    print("journal %s: state %s, decision %s: %s" % (layer, e["state"], d.get("decision"), d.get("summary")))'
+      run ap playbooks/rollback.yml
+      echo "state hash after rollback: $(state_hash after)"
+      diff "$RUN_DIR/state-before.txt" "$RUN_DIR/state-after.txt" && echo "ROLLBACK EXACT: state after rollback == before tune"
+      ;;
+    signals)
+      prog="$PWD/tests/gpu/train_step_program.py"
+      echo "state hash before: $(state_hash before)"
+      # Ctrl-C (SIGINT) and a scheduler's timeout (SIGTERM) to ansible-playbook during the second
+      # block, the one without the kernel layer; then a run that measures the layer again
+      kvars='{"stacktune_layers": ["kernel"], "stacktune_bench_workload": "command",
+        "stacktune_bench_command": ["python3", "'"$prog"'", "--steps", "80"], "stacktune_bench_warmup": 10,
+        "stacktune_bench_steps": 70, "stacktune_gate_budget": {"min_blocks": 2, "max_blocks": 2, "max_seconds": 400}}'
+      for sig in INT TERM; do
+        # started directly (not through the ap function), so that $! is ansible-playbook itself
+        "$py" -m ansible.cli.playbook tune.yml -e stacktune_run_id="sig$sig" -e stacktune_report_dir="$RUN_DIR/reports" \
+          -e "$kvars" > "$RUN_DIR/sig$sig.log" 2>&1 &
+        pid=$!
+        for _i in $(seq 240); do grep -q "block 1 of" "$RUN_DIR/sig$sig.log" && break; sleep 0.5; done
+        sleep 5; echo "SIG$sig at $(date -u +%T), in the block without the layer: swappiness $(cat /proc/sys/vm/swappiness)"
+        kill -"$sig" "$pid"; wait "$pid"; echo "ansible-playbook exit status $? at $(date -u +%T)"
+        tail -n 8 "$RUN_DIR/sig$sig.log"
+        sleep 2; echo "left on the host: $(pgrep -fa 'train_step_program|AnsiballZ' | grep -vc pgrep) processes"
+        echo "state hash after SIG$sig: $(state_hash "sig$sig")"
+        diff "$RUN_DIR/state-before.txt" "$RUN_DIR/state-sig$sig.txt" && echo "SIG$sig EXACT: state == before tune"
+        "$py" -c 'import json
+e = json.load(open("/var/lib/stacktune/layers/kernel.json")); print("journal kernel:", e["state"], e.get("interrupted"))
+print("lock:", json.load(open("/var/lib/stacktune/run.lock"))["holder"])'
+      done
+      run ap tune.yml -e stacktune_run_id=after-signals -e stacktune_report_dir="$RUN_DIR/reports" -e "$kvars"
+      run ap playbooks/rollback.yml
+      echo "state hash after the last rollback: $(state_hash final)"
+      diff "$RUN_DIR/state-before.txt" "$RUN_DIR/state-final.txt" && echo "ROLLBACK EXACT: state after rollback == before tune"
       ;;
     acceptance-depth)
       # bandwidth against the link, memory health, sustained load, and injected faults

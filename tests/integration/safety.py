@@ -28,6 +28,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -51,6 +52,35 @@ KILLS = {
 MEASURE_KILL = "safety-m"  # SIGKILLed while the kernel layer is being measured
 REF = "safety-ref"
 ALL = [REF, MEASURE_KILL] + sorted(KILLS)
+# The controller stopped while the gate measures the kernel layer: by SIGINT (Ctrl-C, an
+# AWX cancel) and SIGTERM (timeout, a scheduler) during a block with the layer, a block
+# without it and the switch between them; by SIGKILL of its whole process group during a
+# block with and without it. Each host takes its cases one after the other.
+SIGNAL_CASES = {
+    "safety-s1": [("SIGINT", "with", False), ("SIGTERM", "with", False)],
+    "safety-s2": [("SIGINT", "without", False), ("SIGTERM", "without", False)],
+    "safety-s3": [("SIGINT", "switch", False), ("SIGTERM", "switch", False)],
+    "safety-s4": [("SIGKILL", "with", True), ("SIGKILL", "without", True)],
+}
+# Each block marks which arm it runs in, and lasts long enough to be interrupted.
+MARKED = (
+    "if [ -e /etc/sysctl.d/60-stacktune-kernel.conf ]; then touch /run/stacktune-block-with; "
+    "else touch /run/stacktune-block-without; fi; sleep 3; "
+)
+MARKERS = {
+    "with": "/run/stacktune-block-with",
+    "without": "/run/stacktune-block-without",
+    "switch": "/run/stacktune-test-paused",  # the engine's pause point mid_suspend (test hook)
+}
+# Every process of a container but its init and the shell that looks.
+OTHER_PROCESSES = r"""
+for d in /proc/[0-9]*; do
+  p=${d#/proc/}; [ "$p" = 1 ] || [ "$p" = $$ ] && continue
+  c=$(tr '\0' ' ' < "$d/cmdline" 2>/dev/null) || continue
+  case "$c" in ""|tr\ *) continue;; esac
+  echo "$p $c"
+done
+"""
 
 # A deterministic workload and "no_regression" for every layer: the gate keeps every layer,
 # so a gated run ends in the same state as an ungated one and runs compare setting by setting.
@@ -310,10 +340,14 @@ class Driver(object):
         full_env.update(env or {})
         log = os.path.join(self.work, name + ".log")
         handle = open(log, "w")  # noqa: SIM115 - closed by finish() once the run ends
-        proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, env=full_env, cwd=REPO)
+        # its own process group, so that a test can kill the controller's whole group
+        proc = subprocess.Popen(
+            argv, stdout=handle, stderr=subprocess.STDOUT, env=full_env, cwd=REPO, start_new_session=True
+        )
         self.logs.append(log)
         run = {
             "proc": proc,
+            "inventory": inventory,
             "log": log,
             "handle": handle,
             "reports": os.path.join(reports, name),
@@ -366,18 +400,28 @@ class Driver(object):
 
     def kill_env(self, kills):
         """PATH with a podman that hands each container its kill point (STACKTUNE_TEST_KILL_AT)."""
-        bindir = os.path.join(self.work, "bin")
-        os.makedirs(bindir, exist_ok=True)
+        return self.hook_env({host: {"STACKTUNE_TEST_KILL_AT": point} for host, point in kills.items()})
+
+    def hook_env(self, hooks):
+        """PATH with a podman that adds each container's test hooks to the module's environment.
+
+        ``hooks``: {container: {VARIABLE: value}} (STACKTUNE_TEST_KILL_AT, STACKTUNE_TEST_PAUSE_AT).
+        """
+        bindir = tempfile.mkdtemp(prefix="bin-", dir=self.work)
+        table = os.path.join(bindir, "hooks")
+        with open(table, "w") as handle:
+            for host, env in sorted(hooks.items()):
+                for name, value in sorted(env.items()):
+                    handle.write("%s %s=%s\n" % (host, name, value))
         wrapper = os.path.join(bindir, "podman")
         with open(wrapper, "w") as handle:
             handle.write(
                 "#!/bin/sh\n"
-                "# podman exec [-i] <container> ...: add the container's kill point to the module's environment\n"
+                "# podman exec [-i] <container> ...: add the container's test hooks to the module's environment\n"
                 'if [ "$1" = exec ]; then\n'
                 '  container=$2; [ "$container" = -i ] && container=$3\n'
-                '  point=$(printf "%s\\n" $STACKTUNE_SAFETY_KILLS | sed -n "s/^$container=//p")\n'
-                '  if [ -n "$point" ]; then shift; exec "$STACKTUNE_REAL_PODMAN" exec '
-                '--env "STACKTUNE_TEST_KILL_AT=$point" "$@"; fi\n'
+                '  envs=$(sed -n "s/^$container //p" "$STACKTUNE_SAFETY_HOOKS" | sed "s/^/--env /")\n'
+                '  if [ -n "$envs" ]; then shift; exec "$STACKTUNE_REAL_PODMAN" exec $envs "$@"; fi\n'
                 "fi\n"
                 'exec "$STACKTUNE_REAL_PODMAN" "$@"\n'
             )
@@ -385,7 +429,7 @@ class Driver(object):
         return {
             "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
             "STACKTUNE_REAL_PODMAN": self.podman,
-            "STACKTUNE_SAFETY_KILLS": " ".join("%s=%s" % kv for kv in sorted(kills.items())),
+            "STACKTUNE_SAFETY_HOOKS": table,
         }
 
     def sh(self, host, script, check_rc=True):
@@ -395,6 +439,12 @@ class Driver(object):
         if check_rc:
             check(proc.returncode == 0, "%s: %s" % (host, proc.stderr))
         return proc.stdout
+
+    def lock_holder(self, host):
+        """The run id that holds the host's lock now, or None."""
+        text = self.sh(host, "cat /var/lib/stacktune/run.lock 2>/dev/null || true").strip()
+        holder = (json.loads(text).get("holder") or {}) if text else {}
+        return holder.get("run_id")
 
     def state_hash(self, host):
         return self.sh(host, HASH_SCRIPT).strip()
@@ -429,6 +479,7 @@ class Driver(object):
         self.hygiene_files()
         self.crash_and_concurrency(final)
         self.rollback(pre)
+        self.signals()
         self.hygiene_logs()
         self.counts["total_seconds"] = round(time.time() - started)
         print("safety summary: %s" % json.dumps(self.counts, sort_keys=True))
@@ -514,7 +565,13 @@ class Driver(object):
                 entry and entry["state"] == "applying", "%s: journal of %s not left applying: %s" % (host, layer, entry)
             )
         check(self.recap_failed(tuned["out"], MEASURE_KILL) == 1, "measurement kill did not happen")
-        check(self.journal(MEASURE_KILL, "kernel")["state"] == "applied", "kernel not left applied by the kill")
+        # the run itself put the layer it measured back (unjudged) and gave the host back
+        entry = self.journal(MEASURE_KILL, "kernel")
+        check(
+            entry["state"] == "new" and (entry.get("interrupted") or {}).get("reason", "").startswith("not judged: "),
+            "kernel was not put back after its bench module was killed: %s" % entry,
+        )
+        check(self.lock_holder(MEASURE_KILL) is None, "the run whose bench module was killed kept the host locked")
         return final
 
     def check_output(self, predicted, real):
@@ -608,14 +665,10 @@ class Driver(object):
         """Re-run the killed hosts while the reference host takes two concurrent runs."""
         killed = {"stacktune_layers": KILLED_LAYERS}
         rerun = self.playbook("rerun", TUNE, self.inventory("rerun", sorted(KILLS), common=killed), wait=False)
-        # the measurement kill left the kernel layer applied and the lock held: the next run
-        # breaks the dead run's lock and recovers the layer before it starts
+        # the run whose bench module was killed put the kernel layer back and freed the host:
+        # the next run takes it as usual and measures the layer again
         rerun_m = self.playbook(
-            "rerun-m",
-            TUNE,
-            self.inventory("rerun-m", [MEASURE_KILL], common=dict(GATED, **killed)),
-            extra={"stacktune_lock_break": True},
-            wait=False,
+            "rerun-m", TUNE, self.inventory("rerun-m", [MEASURE_KILL], common=dict(GATED, **killed)), wait=False
         )
         self.concurrency()
         for run in (self.finish(rerun), self.finish(rerun_m)):
@@ -626,32 +679,53 @@ class Driver(object):
         events = [
             json.loads(line) for line in self.sh(MEASURE_KILL, "cat /var/lib/stacktune/events.jsonl").splitlines()
         ]
-        recovered = [(e["layer"], e.get("interrupted_run")) for e in events if e.get("action") == "recover"]
-        check(recovered == [("kernel", "tune")], "after the measurement kill the next run recovered %s" % recovered)
+        put_back = [(e["layer"], e["run_id"]) for e in events if e.get("action") in ("interrupted", "recover")]
+        check(put_back == [("kernel", "tune")], "after the measurement kill the layer was put back by %s" % put_back)
         print("crash safety: %d kill points on real containers, every re-run converged" % (len(KILLS) + 1))
         self.counts["kill_points"] = sorted(KILLS.values()) + ["during_measurement@kernel"]
 
     def concurrency(self):
-        slow = dict(GATED, stacktune_bench_command=["sh", "-c", "sleep 4; " + STEADY])
+        # the first run's first block waits until the other runs were refused
+        release = "/run/stacktune-release-first"
+        self.sh(REF, "rm -f %s" % release)
+        wait = "while [ ! -e %s ]; do sleep 0.5; done; " % release
+        slow = dict(GATED, stacktune_bench_command=["sh", "-c", wait + STEADY], stacktune_bench_timeout=600)
         first = self.playbook("first", TUNE, self.inventory("first", [REF], common=slow), wait=False)
         deadline = time.time() + 300
-        while self.sh(REF, "test -e /var/lib/stacktune/run.lock && echo held || true").strip() != "held":
+        while self.lock_holder(REF) != "first":
             check(time.time() < deadline and first["proc"].poll() is None, "first run never took the lock")
             time.sleep(0.5)
-        second = self.playbook("second", TUNE, self.inventory("second", [REF]))
-        check(second["rc"] != 0, "second run was not refused")
-        check("locked by stacktune run first" in second["out"], "refusal does not name the first run")
+        second = self.playbook("second", TUNE, self.inventory("second", [REF]), wait=False)
+        # one lock per host: another journal directory does not make a second run welcome
+        other = self.playbook(
+            "second-journal",
+            TUNE,
+            self.inventory("second-journal", [REF], common={"stacktune_journal_dir": "/var/lib/stacktune-other"}),
+            wait=False,
+        )
+        for run in (self.finish(second), self.finish(other)):
+            check(run["rc"] != 0, "%s was not refused" % run["name"])
+            named = "locked by stacktune run first" in run["out"]
+            check(named, "refusal of %s does not name the first run" % run["name"])
         check(first["proc"].poll() is None, "the first run ended before the second was refused")
+        check(
+            self.sh(REF, "test -e /var/lib/stacktune-other/layers && echo there || true").strip() == "",
+            "the run with another journal directory wrote a journal",
+        )
         direct = self.playbook("direct", "tests/integration/direct-write.yml", self.inventory("direct", [REF]))
         check(direct["rc"] != 0 and "locked by stacktune run first" in direct["out"], "a direct write was not refused")
+        self.sh(REF, "touch %s" % release)
         first = self.timed("first", self.finish(first))
         check(first["rc"] == 0, "first run failed:\n" + first["out"][-4000:])
         events = self.sh(REF, "cat /var/lib/stacktune/events.jsonl")
         runs = {json.loads(line)["run_id"] for line in events.splitlines() if line.strip()}
-        check(not runs & {"second", "direct"}, "the refused runs wrote: %s" % runs)
-        check(self.sh(REF, "test -e /var/lib/stacktune/run.lock && echo held || true").strip() == "", "lock left")
-        print("concurrency: a second run and a direct write were refused while the first held the host")
-        self.counts["concurrent_runs_refused"] = 2
+        check(not runs & {"second", "second-journal", "direct"}, "the refused runs wrote: %s" % runs)
+        check(self.lock_holder(REF) is None, "lock left")
+        print(
+            "concurrency: a second run, a run with another journal directory and a direct write were refused "
+            "while the first held the host"
+        )
+        self.counts["concurrent_runs_refused"] = 3
 
     def rollback(self, pre):
         """Someone else edits managed files; rollback still returns every host to its pre-tune hash."""
@@ -680,6 +754,120 @@ class Driver(object):
         )
         check(self.sh(REF, "cat %s; rm %s" % (orphan, orphan)).endswith("NCCL_DEBUG=WARN\n"), "the orphan was changed")
         print("rollback: a stacktune file that no journal owns is named and left alone")
+
+    def signals(self):
+        """Stop the controller while the gate measures, in every way a user or scheduler does."""
+        import threading
+
+        pre = {h: self.state_hash(h) for h in SIGNAL_CASES}
+        failures, covered = [], []
+
+        def host_cases(host):
+            try:
+                for n, (signame, where, group) in enumerate(SIGNAL_CASES[host]):
+                    self.signal_case(host, signame, where, group, n, pre[host])
+                    covered.append("%s during %s" % (signame, where))
+            except Failure as exc:
+                failures.append(str(exc))
+
+        threads = [threading.Thread(target=host_cases, args=(h,)) for h in sorted(SIGNAL_CASES)]
+        started = time.time()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        check(not failures, "; ".join(failures))
+        self.counts.setdefault("seconds", {})["signals"] = round(time.time() - started)
+        # the next run measures every interrupted layer again; rollback then gives the exact original
+        hosts = sorted(SIGNAL_CASES)
+        again = self.timed(
+            "signals-rerun",
+            self.playbook(
+                "signals-rerun",
+                TUNE,
+                self.inventory(
+                    "signals-rerun",
+                    hosts,
+                    common=dict(GATED, stacktune_layers=["kernel"], stacktune_bench_command=["sh", "-c", STEADY]),
+                ),
+            ),
+        )
+        check(again["rc"] == 0, "the run after the interruptions failed:\n" + again["out"][-3000:])
+        for host in hosts:
+            kernel = [r for r in self.report(again, host)["layers"] if r["layer"] == "kernel"][0]
+            check(
+                kernel["decision"] == "keep" and (kernel["gate"] or {}).get("blocks", {}).get("with", 0) >= 2,
+                "%s: the run after the interruptions did not measure the kernel layer again: %s"
+                % (host, kernel.get("gate")),
+            )
+        back = self.playbook("signals-rollback", "playbooks/rollback.yml", self.inventory("signals-rollback", hosts))
+        check(back["rc"] == 0, "rollback after the interruptions failed:\n" + back["out"][-3000:])
+        for host in hosts:
+            check(self.state_hash(host) == pre[host], "%s: rollback did not restore the pre-tune state" % host)
+        print(
+            "signals: %d interruptions (%s) left every host as before the layer, with no process left, "
+            "the lock free and the journal saying interrupted; the next run measured the layer again and "
+            "rollback gave the exact original state" % (len(covered), ", ".join(sorted(set(covered))))
+        )
+        self.counts["signal_cases"] = sorted(covered)
+
+    def signal_case(self, host, signame, where, group, n, pre):
+        marker = MARKERS[where]
+        self.sh(host, "rm -f %s" % " ".join(MARKERS.values()))
+        name = "sig-%s-%d" % (host, n)
+        common = dict(GATED, stacktune_layers=["kernel"], stacktune_bench_command=["sh", "-c", MARKED + STEADY])
+        env = self.hook_env({host: {"STACKTUNE_TEST_PAUSE_AT": "mid_suspend@kernel"}}) if where == "switch" else None
+        run = self.playbook(name, TUNE, self.inventory(name, [host], common=common), env=env, wait=False)
+        deadline = time.time() + 300
+        while self.sh(host, "test -e %s && echo here || true" % marker).strip() != "here":
+            check(
+                time.time() < deadline and run["proc"].poll() is None, "%s: %s never reached %s" % (host, name, where)
+            )
+            time.sleep(0.3)
+        time.sleep(0.5)
+        sig = getattr(signal, signame)
+        if group:
+            os.killpg(run["proc"].pid, sig)
+        else:
+            run["proc"].send_signal(sig)
+        run = self.finish(run, timeout=300)
+        label = "%s: %s during %s" % (host, signame, where)
+        # the workers of a killed controller outlive it: wait until every process of the run is gone
+        deadline = time.time() + 120
+        while subprocess.run(["pgrep", "-f", run["inventory"]], capture_output=True, check=False).returncode == 0:
+            check(time.time() < deadline, "%s: processes of the run are still alive" % label)
+            time.sleep(0.5)
+        deadline = time.time() + 60
+        while True:
+            left = self.sh(host, OTHER_PROCESSES).strip()
+            if not left:
+                break
+            check(time.time() < deadline, "%s: processes left on the host: %s" % (label, left))
+            time.sleep(0.5)
+        check(self.state_hash(host) == pre, "%s: the host is not as before the run" % label)
+        check(self.lock_holder(host) is None, "%s: the lock is still held" % label)
+        entry = self.journal(host, "kernel")
+        why = {
+            "with": "a block with the layer",
+            "without": "a block without the layer",
+            "switch": "a switch of the layer",
+        }
+        who = "the controller process" if signame == "SIGKILL" else signame
+        reason = (entry.get("interrupted") or {}).get("reason", "")
+        check(
+            reason.startswith("interrupted: %s" % who) and reason.endswith("during %s" % why[where]),
+            "%s: the journal does not say interrupted: %s" % (label, entry.get("interrupted")),
+        )
+        check(
+            entry.get("state") == "new" and not entry.get("rejected"), "%s: a verdict was recorded: %s" % (label, entry)
+        )
+        if not group:
+            check(
+                "stacktune: stopped by %s" % signame in run["out"]
+                and "%s: kernel was being measured" % host in run["out"]
+                and "Undo the rest:" in run["out"],
+                "%s: the last lines do not say what the host was left in:\n%s" % (label, run["out"][-2000:]),
+            )
 
     def hygiene_files(self):
         """Modes and owners on the tuned reference host."""

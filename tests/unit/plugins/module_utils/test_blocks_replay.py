@@ -163,3 +163,76 @@ def test_a_change_within_the_noise_carries_its_noise_band_in_the_summary():
     unknown = [d for d in ("throughput", "p50", "tail") if result["verdicts"][d] == "unknown"]
     assert unknown, result["reason"]
     assert "(noise +-" in result["summary"], result["summary"]
+
+
+# ---------------------------------------------------------------- a workload that fails
+# Recorded on one H200 (tests/gpu/gpu-host-run.sh failures, docs/gpu-host.md): the user's own
+# ResNet-18 training program with a 4-worker DataLoader, gated with 2+2 blocks of 70 steps.
+# With the memory layer (/dev/shm shrunk to 128M) its first block failed with PyTorch's shm
+# error; the block without the layer ran. The kernel and nccl layers were measured on it.
+TRAIN = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "h200-train-step-blocks.json")
+
+
+def train_blocks():
+    with open(TRAIN) as handle:
+        return json.load(handle)["layers"]
+
+
+def replay_in_order(layer, fail=None):
+    """The trial over one layer's recorded blocks in the order they ran; ``fail(n, on)`` turns
+    block n into the recorded failure of the memory layer."""
+    rec = train_blocks()
+    error = rec["memory"]["failures"]["command"]["on"][0]["error"]
+    arms = {"on": iter(rec[layer]["with"]), "off": iter(rec[layer]["without"])}
+    settings = check_settings({}, {"min_blocks": 2, "max_blocks": 2, "max_seconds": 400})
+    state = {"on": True, "n": 0}
+
+    def set_layer(on):
+        state["on"] = on
+
+    def measure(_workload):
+        state["n"] += 1
+        arm = "on" if state["on"] else "off"
+        if fail and fail(state["n"], state["on"]):
+            next(arms[arm], None)
+            return {"failed": True, "failure": "exit", "error": error}
+        return {"samples_ms": next(arms[arm])}
+
+    return Trial(["command"], set_layer, measure, "no_regression", settings, iter(range(10**6)).__next__), rec
+
+
+def test_the_recorded_shm_failure_is_a_rollback_with_its_cause():
+    rec = train_blocks()["memory"]
+    error = rec["failures"]["command"]["on"][0]["error"]
+    feed = iter([{"failed": True, "failure": "exit", "error": error}, {"samples_ms": rec["without"][0]}])
+    state = {"on": True}
+    trial = Trial(
+        ["command"],
+        lambda on: state.update(on=on),
+        lambda _w: next(feed),
+        "no_regression",
+        check_settings({}, {"min_blocks": 2, "max_blocks": 2, "max_seconds": 400}),
+        iter(range(10**6)).__next__,
+    )
+    res = trial.run()
+    assert res["decision"] == "rollback" and res["cause"] == "workload_fails"
+    assert res["summary"] == "rollback: the workload fails with this layer: %s on command" % error
+    assert res["order"] == rec["order"] == ["on", "off"]
+    assert res["blocks"] == {"with": 1, "without": 1} and state["on"] is False
+
+
+@pytest.mark.parametrize("layer", ["kernel", "nccl"])
+def test_the_recorded_training_blocks_give_the_recorded_decisions(layer):
+    trial, rec = replay_in_order(layer)
+    res = trial.run()
+    assert res["decision"] == rec[layer]["decision"] == "keep"
+    assert res["summary"].split(" on command")[0] == rec[layer]["summary"].split(" on command")[0]
+
+
+def test_a_flaky_run_of_the_recorded_training_is_said_to_be_flaky():
+    # the third block (without the layer) fails: the workload fails without the layer too,
+    # so a later failure with it is no verdict; the blocks that ran decide
+    trial, _rec = replay_in_order("kernel", fail=lambda n, on: n == 3)
+    res = trial.run()
+    assert res["flaky"] is True and "the workload is flaky: command failed in 0 of 2" in res["summary"]
+    assert "and 1 of 2 without (last: RuntimeError: unable to allocate shared memory(shm)" in res["summary"]
