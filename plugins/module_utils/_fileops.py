@@ -66,6 +66,39 @@ def rooted(root, path):
     return os.path.join(root, path.lstrip("/"))
 
 
+class UnsafePath(ValueError):
+    """A file stacktune would read for a snapshot or write is not what it seems: a symbolic
+    link, a file under a symbolic link, or no regular file. The message names it."""
+
+
+def check_no_links(root, host_path):
+    """Refuse a host path of which a component below ``root`` is a symbolic link.
+
+    Every file the engine snapshots, writes or restores is checked this way first: a link
+    there (``/etc/nccl.conf -> /etc/shadow``, a linked parent directory) would make it read a
+    file it does not own into the journal, or write somewhere else. Components that do not
+    exist yet are fine (the engine creates them). Returns the rooted path.
+    """
+    if not host_path.startswith("/"):
+        raise UnsafePath("path must be absolute: %s" % host_path)
+    real = rooted(root, host_path)
+    walked = rooted(root, "/")
+    for part in [p for p in host_path.split("/") if p]:
+        walked = os.path.join(walked, part)
+        try:
+            st = os.lstat(walked)
+        except OSError:
+            return real
+        if stat.S_ISLNK(st.st_mode):
+            shown = "/" + os.path.relpath(walked, rooted(root, "/")) if root not in ("", "/") else walked
+            raise UnsafePath(
+                "%s is a symbolic link (to %s)%s; stacktune does not read or write through a link: replace it "
+                "by the file itself, or manage the file it points to"
+                % (shown, os.readlink(walked), "" if shown == host_path else ", on the way to %s" % host_path)
+            )
+    return real
+
+
 def read_text(path):
     """Return the text of a file, or None when it does not exist or cannot be read."""
     try:
@@ -110,14 +143,46 @@ def write_live(path, value):
         os.close(fd)
 
 
-def snapshot_file(path):
-    """Byte-exact snapshot of a file (content, mode, owner) or of its absence."""
+def read_regular(path):
+    """Bytes and stat of a regular file, read without following a link; None when absent.
+
+    Raises UnsafePath for a link, a directory, a device or a FIFO at ``path``.
+    """
     try:
-        st = os.lstat(path)
-    except OSError:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return None, None
+        if exc.errno == errno.ELOOP:
+            raise UnsafePath("%s is a symbolic link; stacktune does not read through a link" % path) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePath("%s is not a regular file; stacktune manages regular files only" % path)
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks), st
+    finally:
+        os.close(fd)
+
+
+def read_unit_text(path):
+    """Text of a persistence unit (never through a link), or None when it does not exist."""
+    data, _st = read_regular(path)
+    return None if data is None else data.decode("utf-8", "replace")
+
+
+def snapshot_file(path):
+    """Byte-exact snapshot of a file (content, mode, owner) or of its absence, read without
+    following a link (UnsafePath for a link or anything that is no regular file)."""
+    data, st = read_regular(path)
+    if data is None:
         return {"exists": False, "parent_exists": os.path.isdir(os.path.dirname(path))}
-    with open(path, "rb") as handle:
-        data = handle.read()
     return {
         "exists": True,
         "content_b64": base64.b64encode(data).decode("ascii"),
