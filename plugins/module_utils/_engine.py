@@ -79,6 +79,20 @@ def kill_point(point, layer):
     fileops.kill_point(point, layer)
 
 
+def split_lines(text):
+    """``(lines, final_newline)`` of a text, lines split on newlines only (a carriage return or
+    form feed stays part of its line), so that joining them gives the text back exactly."""
+    if not text:
+        return [], True
+    final = text.endswith("\n")
+    return (text[:-1] if final else text).split("\n"), final
+
+
+def matching_lines(kind, lines, match):
+    """Indices of the lines of a shared file that are the unit's line."""
+    return [i for i, line in enumerate(lines) if kind.matches(line, match)]
+
+
 def _same_settings(a, b):
     return sorted(a or [], key=_setting_id) == sorted(b or [], key=_setting_id)
 
@@ -151,17 +165,28 @@ class Engine(object):
         except Unsupported as exc:
             return None, str(exc)
 
+    def unit_path(self, host_path):
+        """The rooted path of a unit, refused (UnsafePath) when a link lies on its way."""
+        return fileops.check_no_links(self.ctx.root, host_path)
+
     def read_unit(self, unit):
-        """Current text of a unit (whole file, or the matching line) or None when absent."""
-        text = fileops.read_text(self.ctx.path(unit["path"]))
+        """Current text of a unit (whole file, or the matching line) or None when absent.
+
+        A shared file with more than one line for the unit is refused: stacktune would have to
+        drop lines it does not own (which one does the host use?); the message names them.
+        """
+        text = fileops.read_unit_text(self.unit_path(unit["path"]))
         if unit["type"] != "line":
             return text
-        kind = KINDS[unit["kind"]]
-        found = None
-        for line in (text or "").splitlines():
-            if kind.matches(line, unit["match"]):
-                found = line
-        return found
+        lines, _final = split_lines(text)
+        found = matching_lines(KINDS[unit["kind"]], lines, unit["match"])
+        if len(found) > 1:
+            raise SpecError(
+                "%s has %d lines for %s (lines %s): stacktune manages one line and keeps every line it does not "
+                "own, so it will not choose; keep the line the host should use and remove the others"
+                % (unit["path"], len(found), unit["match"], ", ".join(str(i + 1) for i in found))
+            )
+        return lines[found[0]] if found else None
 
     def snapshot_unit(self, unit):
         if unit["type"] == "line":
@@ -170,10 +195,10 @@ class Engine(object):
                 "path": unit["path"],
                 "match": unit["match"],
                 "kind": unit["kind"],
-                "file_exists": os.path.exists(self.ctx.path(unit["path"])),
+                "file_exists": os.path.exists(self.unit_path(unit["path"])),
                 "line": self.read_unit(unit),
             }
-        snap = fileops.snapshot_file(self.ctx.path(unit["path"]))
+        snap = fileops.snapshot_file(self.unit_path(unit["path"]))
         snap.update({"type": unit["type"], "path": unit["path"], "kind": unit["kind"]})
         return snap
 
@@ -229,7 +254,7 @@ class Engine(object):
         return out
 
     def write_unit(self, unit, text):
-        path = self.ctx.path(unit["path"])
+        path = self.unit_path(unit["path"])
         hook = {"kill_at": "mid_unit_write", "layer": self.ctx.layer}
         if unit["type"] == "dropin":
             fileops.atomic_write(path, text.encode("utf-8"), 0o644, **hook)
@@ -239,21 +264,25 @@ class Engine(object):
             self._write_line(unit, text)
 
     def _write_line(self, unit, new_line):
-        """Replace the unit's line in its file (or append it; remove it when new_line is None)."""
-        path = self.ctx.path(unit["path"])
+        """Replace the unit's line in its file (or append it; remove it when new_line is None).
+
+        Every other line stays as it is, byte for byte, and so does the file's last newline
+        (or its lack): removing the line stacktune added gives back the file it found.
+        """
+        path = self.unit_path(unit["path"])
         kind = KINDS[unit["kind"]]
         snap = fileops.snapshot_file(path)
-        old = fileops.snapshot_text(snap) or ""
-        lines = old.splitlines()
-        idx = [i for i, line in enumerate(lines) if kind.matches(line, unit["match"])]
+        lines, final_newline = split_lines(fileops.snapshot_text(snap))
+        idx = matching_lines(kind, lines, unit["match"])
+        if len(idx) > 1:
+            self.read_unit(unit)  # refuses, naming the lines
         if new_line is None:
             lines = [line for i, line in enumerate(lines) if i not in idx]
         elif idx:
-            lines[idx[-1]] = new_line
-            lines = [line for i, line in enumerate(lines) if i not in idx[:-1]]
+            lines[idx[0]] = new_line
         else:
             lines.append(new_line)
-        data = ("\n".join(lines) + "\n") if lines else ""
+        data = "\n".join(lines) + ("\n" if lines and final_newline else "")
         hook = {"kill_at": "mid_unit_write", "layer": self.ctx.layer}
         if snap.get("exists"):
             fileops.atomic_write(path, data.encode("utf-8"), int(snap["mode"], 8), snap["uid"], snap["gid"], **hook)
@@ -262,19 +291,18 @@ class Engine(object):
 
     def restore_unit(self, snap):
         """Put a unit back as snapshotted. Returns True when something changed."""
+        path = self.unit_path(snap["path"])
         if not self.check_mode:
-            fileops.sweep_temp(os.path.dirname(self.ctx.path(snap["path"])))
+            fileops.sweep_temp(os.path.dirname(path))
         if snap["type"] == "line":
             unit = {"type": "line", "path": snap["path"], "match": snap["match"], "kind": snap["kind"]}
             if self.read_unit(unit) == snap["line"]:
                 return False
             if not self.check_mode:
                 self._write_line(unit, snap["line"])
-                path = self.ctx.path(snap["path"])
-                if not snap["file_exists"] and not (fileops.read_text(path) or "").strip():
+                if not snap["file_exists"] and not (fileops.read_unit_text(path) or "").strip():
                     fileops.remove(path)
             return True
-        path = self.ctx.path(snap["path"])
         if fileops.snapshot_file(path) == {k: v for k, v in snap.items() if k not in ("type", "path", "kind")}:
             return False
         if not self.check_mode:
