@@ -32,15 +32,15 @@ import datetime
 import os
 
 from ansible_collections.stacktune.gpu.plugins.module_utils import _fileops as fileops
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import new_entry
+from ansible_collections.stacktune.gpu.plugins.module_utils._journal import UntrustedJournal, new_entry
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import SpecError, Unsupported
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_cmdline import KernelArgKind
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_file import EnvVarKind, FileKind
+from ansible_collections.stacktune.gpu.plugins.module_utils._kind_cmdline import GRUB_DROPIN, KernelArgKind
+from ansible_collections.stacktune.gpu.plugins.module_utils._kind_file import EnvVarKind, FileKind, check_path
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_irq import IrqAffinityKind
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_mount import MountKind
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_nvml import NvmlKind
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_sysctl import SysctlKind
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_sysfs import SysfsKind
+from ansible_collections.stacktune.gpu.plugins.module_utils._kind_sysctl import SYSCTL_DROPIN, SysctlKind
+from ansible_collections.stacktune.gpu.plugins.module_utils._kind_sysfs import TMPFILES, SysfsKind
 
 KINDS = {
     k.name: k
@@ -55,6 +55,8 @@ KINDS = {
         NvmlKind(),
     )
 }
+# the drop-in each unit kind writes, per layer (what a journal record may restore)
+DROPINS = {"sysctl": SYSCTL_DROPIN, "tmpfiles": TMPFILES, "kernel_arg": GRUB_DROPIN}
 ACTIVE_STATES = ("applying", "applied", "suspended", "kept")
 # States a run leaves only while it works: found by another run (or by an apply), the
 # layer is put back to its snapshot first (``recover``).
@@ -77,6 +79,41 @@ def _setting_id(s):
 
 def kill_point(point, layer):
     fileops.kill_point(point, layer)
+
+
+def unit_allowed(unit, layer):
+    """Whether a unit of a journal record lies where its kind writes for this layer: the
+    kind's own drop-in, /etc/fstab for a mount, a file the file kinds may own."""
+    kind, path = unit.get("kind"), unit.get("path")
+    if unit.get("type") == "dropin":
+        return kind in DROPINS and path == DROPINS[kind] % layer
+    if unit.get("type") == "line" and kind == "mount":
+        return path == "/etc/fstab"
+    if unit.get("type") in ("line", "file") and kind in ("env_var", "file"):
+        try:
+            check_path(path, kind)
+        except SpecError:
+            return False
+        return (unit["type"] == "line") == (kind == "env_var")
+    return False
+
+
+def check_record(entry, path):
+    """Refuse a record whose settings name unknown kinds or whose units lie elsewhere."""
+    layer = entry["layer"]
+    for s in entry["settings"] + list(entry["known"].values()):
+        if s["kind"] not in KINDS:
+            raise UntrustedJournal(
+                "journal %s names a setting of unknown kind %r; stacktune will not restore from it" % (path, s["kind"])
+            )
+    for target in (entry["original"], entry.get("snapshot") or {"units": {}}):
+        for unit in target["units"].values():
+            if not unit_allowed(unit, layer):
+                raise UntrustedJournal(
+                    "journal %s would restore %s (a %s unit of kind %s), which is not where layer %s's settings "
+                    "live; stacktune will not restore from it"
+                    % (path, unit.get("path"), unit.get("type"), unit.get("kind"), layer)
+                )
 
 
 def split_lines(text):
@@ -104,6 +141,15 @@ class Engine(object):
         self.check_mode = check_mode
         self.retry_rejected = retry_rejected
         self.notes = []
+
+    # ------------------------------------------------------------------ journal
+    def load(self, layer):
+        """A layer's journal record, refused when it names a kind this engine does not know
+        or a unit outside what that kind may write (UntrustedJournal)."""
+        entry = self.journal.load(layer)
+        if entry is not None:
+            check_record(entry, self.journal.path(layer))
+        return entry
 
     # ------------------------------------------------------------------ normalise
     def normalize(self, specs):
@@ -150,7 +196,7 @@ class Engine(object):
         for other in self.journal.layers():
             if other == layer:
                 continue
-            entry = self.journal.load(other) or {}
+            entry = self.load(other) or {}
             if entry.get("state") not in ACTIVE_STATES:
                 continue
             clash = ids.intersection(s["id"] for s in entry.get("settings", []))
@@ -382,7 +428,7 @@ class Engine(object):
         ``reapply`` switches it on again and an interruption puts it back without a verdict.
         """
         layer = self.ctx.layer
-        entry = self.journal.load(layer)
+        entry = self.load(layer)
         if entry is None or entry["state"] not in ("applied", "suspended") or not entry.get("snapshot"):
             raise SpecError("layer %s has no settings applied in this run to switch off" % layer)
         if entry["state"] == "suspended":
@@ -390,7 +436,7 @@ class Engine(object):
         result = self.restore("snapshot", run_id, entry=entry, recovering=True)
         if not self.check_mode:
             fileops.pause_point("mid_suspend", layer)
-            entry = self.journal.load(layer)
+            entry = self.load(layer)
             entry["state"] = "suspended"
             entry["history"].append({"time": now(), "run_id": run_id, "action": "suspend"})
             self.journal.save(entry)
@@ -404,7 +450,7 @@ class Engine(object):
         The gate's balanced schedule toggles a layer off and on through here, so every toggle
         is journaled, snapshotted and verified like any apply.
         """
-        entry = self.journal.load(self.ctx.layer)
+        entry = self.load(self.ctx.layer)
         if entry is None or entry["state"] != "suspended":
             raise SpecError("layer %s is not switched off for a measurement; nothing to put back on" % self.ctx.layer)
         return self.apply(None, run_id, given=copy.deepcopy(entry["settings"]))
@@ -421,7 +467,7 @@ class Engine(object):
 
     def apply(self, specs, run_id, from_journal=False, given=None):
         layer = self.ctx.layer
-        entry = self.journal.load(layer) or new_entry(layer)
+        entry = self.load(layer) or new_entry(layer)
         resuming = given is not None and entry["state"] == "suspended"
         # a layer a run left mid-apply, switched off or unjudged goes back to its snapshot first
         # (the tune flow's run_lock does it for every layer; a real apply does it for its own)
@@ -435,7 +481,7 @@ class Engine(object):
         )
         if interrupted and not self.check_mode:
             self.recover(run_id, entry=entry, states=("applying", "suspended"), own=True)
-            entry = self.journal.load(layer) or new_entry(layer)
+            entry = self.load(layer) or new_entry(layer)
             interrupted = False
         if given is not None:
             settings, unsupported = given, []
@@ -673,7 +719,7 @@ class Engine(object):
         run_id itself applied is its own work in progress and is left alone.
         """
         layer = self.ctx.layer
-        entry = entry or self.journal.load(layer)
+        entry = entry or self.load(layer)
         if (
             entry is None
             or entry["state"] not in states
@@ -689,7 +735,7 @@ class Engine(object):
         why = reason or "run %s stopped before the gate decided" % interrupted_run
         result = self.restore("snapshot", run_id, entry=entry, recovering=True)
         if not self.check_mode:
-            entry = self.journal.load(layer)
+            entry = self.load(layer)
             entry["state"] = snap["state"]
             entry["settings"] = copy.deepcopy(snap["settings"])
             if not snap["settings"]:
@@ -718,7 +764,7 @@ class Engine(object):
 
     # ------------------------------------------------------------------ verify
     def verify(self, specs=None):
-        entry = self.journal.load(self.ctx.layer) or new_entry(self.ctx.layer)
+        entry = self.load(self.ctx.layer) or new_entry(self.ctx.layer)
         if specs:
             settings, unsupported = self.normalize(specs)
         else:
@@ -736,7 +782,7 @@ class Engine(object):
     # ------------------------------------------------------------------ restore
     def restore(self, to, run_id, decision=None, entry=None, recovering=False):
         layer = self.ctx.layer
-        entry = entry or self.journal.load(layer)
+        entry = entry or self.load(layer)
         if entry is None or (entry["state"] in ("new", "restored", "rolled_back") and to == "snapshot"):
             return self._summary("restored", [], [], entry or new_entry(layer), note="nothing to restore")
         target = entry["original"] if to == "original" else entry.get("snapshot")
@@ -830,7 +876,7 @@ class Engine(object):
 
     # ------------------------------------------------------------------ decisions
     def keep(self, run_id, decision=None):
-        entry = self.journal.load(self.ctx.layer)
+        entry = self.load(self.ctx.layer)
         if entry is None or entry["state"] not in ("applied", "kept"):
             raise SpecError("layer %s has no applied settings to keep" % self.ctx.layer)
         changed = entry["state"] != "kept" or (decision is not None and entry.get("decision") != decision)

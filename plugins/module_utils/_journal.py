@@ -29,6 +29,7 @@ import fcntl
 import json
 import os
 import re
+import stat
 import time
 
 from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import atomic_write, fsync_dir, rooted
@@ -61,11 +62,112 @@ def host_dir(root="/"):
     return rooted(root or "/", HOST_DIR)
 
 
+class UntrustedJournal(ValueError):
+    """A journal path another user could have written, or that is no stacktune record.
+
+    Restoring from such a file would let its writer choose what stacktune writes as root,
+    so it is refused before it is read; the message names the path and the fix.
+    """
+
+
+STATES = ("new", "applying", "applied", "suspended", "kept", "rolled_back", "restored")
+SCHEMA = 1
+
+
+def check_trusted(path, st=None, directory=False):
+    """Refuse a journal file or directory that is a link, is owned by another user than the
+    one stacktune runs as (root), or is writable by its group or by others."""
+    if st is None:
+        st = os.lstat(path)
+    what = "directory" if directory else "file"
+    if stat.S_ISLNK(st.st_mode):
+        raise UntrustedJournal("journal %s %s is a symbolic link; give stacktune a directory of its own" % (what, path))
+    if directory and not stat.S_ISDIR(st.st_mode) or not directory and not stat.S_ISREG(st.st_mode):
+        raise UntrustedJournal("journal %s %s is not a %s" % (what, path, what))
+    if st.st_uid != os.geteuid():
+        raise UntrustedJournal(
+            "journal %s %s belongs to uid %d, not to the user stacktune runs as (uid %d): another user could have "
+            "written what stacktune would restore as root; check it, then make it %s's (chown) or move it away"
+            % (what, path, st.st_uid, os.geteuid(), "root" if os.geteuid() == 0 else "this user")
+        )
+    if st.st_mode & 0o022:
+        raise UntrustedJournal(
+            "journal %s %s is writable by its group or by others (mode %04o)%s; stacktune trusts only a journal no "
+            "one else can write: %s"
+            % (
+                what,
+                path,
+                stat.S_IMODE(st.st_mode),
+                " - a shared directory such as /tmp is no place for it" if st.st_mode & stat.S_ISVTX else "",
+                "give stacktune_journal_dir a directory of its own (stacktune creates it 0700)"
+                if directory
+                else "check the file, then chmod 0600 it",
+            )
+        )
+    return st
+
+
 def ensure_private_dir(path):
-    """Create a directory 0700 (and its missing parents) when it does not exist."""
-    if not os.path.isdir(path):
+    """Create a directory 0700 (and its missing parents) when it does not exist; an existing
+    one must be trusted (check_trusted) and is never chmod'ed."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        if exc.errno != errno.ENOENT:
+            raise
         os.makedirs(path, 0o700)
         os.chmod(path, 0o700)
+        return
+    check_trusted(path, st, directory=True)
+
+
+def validate_record(data, path, layer):
+    """Refuse a journal record that is no stacktune layer record: naming the file and what is wrong.
+
+    The kinds and the unit paths a record may restore are checked by the engine, which knows
+    the kinds (``Engine.trusted``).
+    """
+
+    def refuse(why):
+        raise UntrustedJournal(
+            "journal %s is not a stacktune layer record (%s); stacktune will not restore from it. Look at it and "
+            "move it away: the layer's originals are then unknown to stacktune" % (path, why)
+        )
+
+    if not isinstance(data, dict) or not data:
+        shown = "an empty object" if data == {} else ("null" if data is None else "a %s" % type(data).__name__)
+        refuse("it holds %s" % shown)
+    schema = data.get("schema")
+    if isinstance(schema, int) and not isinstance(schema, bool) and schema > SCHEMA:
+        refuse("schema %d, written by a newer stacktune; this one reads schema %d" % (schema, SCHEMA))
+    if schema != SCHEMA:
+        refuse("schema %r, expected %d" % (schema, SCHEMA))
+    if data.get("layer") != layer:
+        refuse("it is the record of layer %r" % (data.get("layer"),))
+    if data.get("state") not in STATES:
+        refuse("state %r is none of %s" % (data.get("state"), ", ".join(STATES)))
+    for field, kind in (("settings", list), ("known", dict), ("original", dict), ("history", list)):
+        if not isinstance(data.get(field), kind):
+            refuse("%s is not a %s" % (field, kind.__name__))
+    for name, target in (("original", data["original"]), ("snapshot", data.get("snapshot"))):
+        if target is None and name == "snapshot":
+            continue
+        if not isinstance(target, dict) or not isinstance(target.get("live"), dict):
+            refuse("%s has no live values" % name)
+        if not isinstance(target.get("units"), dict) or not all(isinstance(u, dict) for u in target["units"].values()):
+            refuse("%s has no units" % name)
+        for unit in target["units"].values():
+            if unit.get("type") not in ("dropin", "file", "line") or not str(unit.get("path", "")).startswith("/"):
+                refuse("%s holds a unit of type %r at %r" % (name, unit.get("type"), unit.get("path")))
+            whole = unit["type"] != "line" and unit.get("exists")
+            if whole and not (
+                isinstance(unit.get("content_b64"), str) and re.match(r"^0?[0-7]{3,4}$", str(unit.get("mode")))
+            ):
+                refuse("%s's unit %s has no content or mode" % (name, unit["path"]))
+    for s in data["settings"] + list(data["known"].values()):
+        if not isinstance(s, dict) or not all(isinstance(s.get(k), str) for k in ("id", "kind", "key")):
+            refuse("a setting is not a dict with id, kind and key")
+    return data
 
 
 def check_layer_name(layer):
@@ -115,9 +217,18 @@ class Journal(object):
 
     def _ensure(self):
         for path in (self.directory, os.path.join(self.directory, "layers")):
-            if not os.path.isdir(path):
-                os.makedirs(path, 0o700)
-            os.chmod(path, 0o700)
+            ensure_private_dir(path)
+
+    def _trusted_dir(self, path):
+        """True when the directory exists (and is trusted: UntrustedJournal otherwise)."""
+        try:
+            st = os.lstat(path)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                return False
+            raise
+        check_trusted(path, st, directory=True)
+        return True
 
     def path(self, layer):
         check_layer_name(layer)
@@ -127,7 +238,12 @@ class Journal(object):
         """Take the host's flock, waiting up to timeout seconds."""
         ensure_private_dir(self.host_dir)
         path = os.path.join(self.host_dir, "lock")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            check_trusted(path, os.fstat(fd))
+        except UntrustedJournal:
+            os.close(fd)
+            raise
         deadline = time.time() + max(0, timeout)
         while True:
             try:
@@ -150,19 +266,33 @@ class Journal(object):
             self._lock_fd = None
 
     def load(self, layer):
+        """A layer's record, or None when the journal has none; refused (UntrustedJournal) when
+        another user could have written it or it is no stacktune record."""
+        path = self.path(layer)
+        if not self._trusted_dir(self.directory) or not self._trusted_dir(os.path.dirname(path)):
+            return None
         try:
-            with open(self.path(layer)) as handle:
-                return json.load(handle)
-        except (IOError, OSError) as exc:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError as exc:
             if exc.errno == errno.ENOENT:
                 return None
+            if exc.errno == errno.ELOOP:
+                check_trusted(path)
             raise
+        with os.fdopen(fd, "rb") as handle:
+            check_trusted(path, os.fstat(handle.fileno()))
+            raw = handle.read()
+        try:
+            data = json.loads(raw.decode("utf-8"))
         except ValueError as exc:
-            raise ValueError("journal %s is corrupt: %s" % (self.path(layer), exc)) from None
+            raise UntrustedJournal(
+                "journal %s is corrupt (%s); stacktune will not restore from it" % (path, exc)
+            ) from None
+        return validate_record(data, path, layer)
 
     def layers(self):
         directory = os.path.join(self.directory, "layers")
-        if not os.path.isdir(directory):
+        if not self._trusted_dir(self.directory) or not self._trusted_dir(directory):
             return []
         # a file whose name is no layer name (a copy, an editor's backup) is not a layer
         return sorted(name[:-5] for name in os.listdir(directory) if name.endswith(".json") and _LAYER.match(name[:-5]))
@@ -175,7 +305,12 @@ class Journal(object):
         """
         rows = []
         for layer in self.layers():
-            entry = self.load(layer) or new_entry(layer)
+            try:
+                entry = self.load(layer) or new_entry(layer)
+            except (UntrustedJournal, OSError) as exc:
+                # one unreadable record must not hide the others (rollback by name goes on)
+                rows.append({"layer": layer, "state": "unreadable", "error": str(exc), "settings": 0})
+                continue
             decision = entry.get("decision") or {}
             history = entry.get("history") or []
             rows.append(
@@ -200,13 +335,15 @@ class Journal(object):
         self._ensure()
         path = os.path.join(self.directory, "events.jsonl")
         line = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
+            check_trusted(path, os.fstat(fd))
             os.write(fd, line)
             os.fsync(fd)
+        except OSError as exc:
+            raise OSError(exc.errno, "%s: %s" % (path, exc.strerror)) from None
         finally:
             os.close(fd)
-        os.chmod(path, 0o600)
         fsync_dir(self.directory)
 
 

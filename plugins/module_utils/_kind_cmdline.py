@@ -31,6 +31,8 @@ from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
     setting,
 )
 
+GRUB_DROPIN = "/etc/default/grub.d/60-stacktune-%s.cfg"
+
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 _VALUE = re.compile(r"^[A-Za-z0-9_.,:=+/\-]*$")
 VAR = "GRUB_CMDLINE_LINUX_DEFAULT"
@@ -155,7 +157,7 @@ class KernelArgKind(Kind):
             raise Unsupported(
                 "no GRUB configuration (/etc/default/grub) on this host: boot arguments cannot be persisted"
             )
-        return {"type": "dropin", "path": "/etc/default/grub.d/60-stacktune-%s.cfg" % ctx.layer, "kind": self.name}
+        return {"type": "dropin", "path": GRUB_DROPIN % ctx.layer, "kind": self.name}
 
     def render(self, settings, layer):
         args = " ".join(format_arg(s["key"], s["value"]) for s in sorted(settings, key=lambda x: x["key"]))

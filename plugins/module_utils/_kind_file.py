@@ -28,10 +28,64 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SAFE_PATH = re.compile(r"^/(etc|usr/local/etc|opt)/[A-Za-z0-9_.@+/\-]+$")
 
 
+# Files and directories that decide who may log in, become root, run at boot or on a
+# schedule, or what every program loads: no layer has a reason to own them, and a wrong
+# variable there would hand a host over. The ones other kinds own line by line are here too:
+# the file kinds must never take them whole.
+PROTECTED = (
+    "/etc/passwd",
+    "/etc/shadow",
+    "/etc/group",
+    "/etc/gshadow",
+    "/etc/sudoers",
+    "/etc/sudoers.d/",
+    "/etc/ssh/",
+    "/etc/pam.d/",
+    "/etc/security/",
+    "/etc/crontab",
+    "/etc/cron.",
+    "/etc/anacrontab",
+    "/etc/systemd/",
+    "/etc/init.d/",
+    "/etc/rc",
+    "/etc/profile",
+    "/etc/bash.bashrc",
+    "/etc/environment",
+    "/etc/ld.so.",
+    "/etc/hosts",
+    "/etc/resolv.conf",
+    "/etc/nsswitch.conf",
+    "/etc/fstab",
+    "/etc/modules",
+    "/etc/apt/",
+    "/etc/yum.repos.d/",
+    "/etc/polkit-1/",
+    "/etc/default/grub",
+)
+# ...except these, which layers of this collection own
+ALLOWED_UNDER_PROTECTED = ("/etc/security/limits.d/60-stacktune-",)
+
+
+def protected(path):
+    """The entry of PROTECTED that covers path (a prefix: /etc/passwd- and /etc/rc2.d too), or None."""
+    if any(path.startswith(ok) for ok in ALLOWED_UNDER_PROTECTED):
+        return None
+    for entry in PROTECTED:
+        if path.startswith(entry):
+            return entry
+    return None
+
+
 def check_path(path, kind):
     if not _SAFE_PATH.match(path) or "/../" in path + "/" or path.endswith("/"):
         raise SpecError(
             "%s path %r is not allowed: stacktune manages files under /etc, /usr/local/etc or /opt only" % (kind, path)
+        )
+    entry = protected(path)
+    if entry is not None:
+        raise SpecError(
+            "%s path %r is not allowed: %s is a system file (accounts, privileges, logins, boot, schedules, "
+            "name service or packages) that no stacktune layer manages" % (kind, path, entry.rstrip("/."))
         )
 
 

@@ -33,6 +33,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
 )
 
 _KEY = re.compile(r"^[a-z0-9_]+(\.[A-Za-z0-9_\-]+)+$")
+SYSCTL_DROPIN = "/etc/sysctl.d/60-stacktune-%s.conf"
 SYSCTL_DIRS = ("/etc/sysctl.d", "/run/sysctl.d", "/usr/local/lib/sysctl.d", "/usr/lib/sysctl.d", "/lib/sysctl.d")
 
 
@@ -78,7 +79,7 @@ class SysctlKind(Kind):
         return ctx.path(self._proc(s["key"]))
 
     def unit(self, s, ctx):
-        return {"type": "dropin", "path": "/etc/sysctl.d/60-stacktune-%s.conf" % ctx.layer, "kind": self.name}
+        return {"type": "dropin", "path": SYSCTL_DROPIN % ctx.layer, "kind": self.name}
 
     def render(self, settings, layer):
         lines = ["%s = %s\n" % (s["key"], s["value"]) for s in sorted(settings, key=lambda x: x["key"])]

@@ -35,7 +35,7 @@ def host(tmp_path):
     entry.update(
         {
             "state": "kept",
-            "settings": [{"kind": "sysctl", "key": "vm.swappiness", "value": "10"}],
+            "settings": [{"id": "sysctl:vm.swappiness", "kind": "sysctl", "key": "vm.swappiness", "value": "10"}],
             "decision": {"decision": "keep", "throughput": {"ratio": 1.041}, "tail": {"ratio": 0.97}},
         }
     )
