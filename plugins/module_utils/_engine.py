@@ -141,6 +141,7 @@ class Engine(object):
         self.check_mode = check_mode
         self.retry_rejected = retry_rejected
         self.notes = []
+        self.variables = {}  # setting id -> the role variable it came from, for messages
 
     # ------------------------------------------------------------------ journal
     def load(self, layer):
@@ -188,6 +189,8 @@ class Engine(object):
                     raise SpecError("settings[%d]: %s is requested twice" % (index, s["id"]))
                 seen.add(s["id"])
                 settings.append(s)
+                if spec.get("var"):
+                    self.variables[s["id"]] = spec["var"]
         return settings, unsupported
 
     def check_ownership(self, layer, settings):
@@ -558,6 +561,8 @@ class Engine(object):
             return self._summary("present", rows, unsupported, entry)
 
         # write-ahead: originals and the pre-apply snapshot, before any change
+        found = self.load(layer)
+        before_apply = copy.deepcopy(found) if found is not None else None
         involved_units = {k: u["unit"] for k, u in units.items()}
         for s in removed:
             unit, _err = self._unit(s)
@@ -589,7 +594,19 @@ class Engine(object):
         self.journal.save(entry)
         kill_point("after_journal_write_ahead", layer)
 
-        # persistence first, then live values
+        # live values first: what the kernel refuses is never persisted for the next boot
+        written = []
+        for s in live_changes:
+            try:
+                KINDS[s["kind"]].write_live(s, s["value"], self.ctx)
+            except (OSError, IOError) as exc:
+                self._undo_live(written, snap, entry, before_apply)
+                raise SpecError(
+                    "%sthe kernel refused %s = %s: %s; nothing was persisted and the layer is as it was"
+                    % ("%s: " % self.variables[s["id"]] if s["id"] in self.variables else "", s["key"], s["value"], exc)
+                ) from None
+            written.append(s)
+        kill_point("after_live_written", layer)
         changed_kinds = {}
         for key in sorted(unit_changes):
             u = unit_changes[key]
@@ -598,23 +615,12 @@ class Engine(object):
         for kind_name, keys in sorted(changed_kinds.items()):
             if kind_name in KINDS:
                 self.notes.extend(KINDS[kind_name].after_persist(self.ctx, keys))
-        kill_point("after_units_written", layer)
-        refused = {}
-        for s in live_changes:
-            try:
-                KINDS[s["kind"]].write_live(s, s["value"], self.ctx)
-            except (OSError, IOError) as exc:
-                refused[s["id"]] = "the kernel refused the write: %s" % exc
         rows.extend(self._restore_removed(removed, entry, orphan_units))
-        kill_point("after_live_written", layer)
+        kill_point("after_units_written", layer)
 
         for s in settings:
             obs = self.observe(s)
-            wrote = (s in live_changes and s["id"] not in refused) or any(
-                s["id"] in u["settings"] for u in unit_changes.values()
-            )
-            if s["id"] in refused:
-                obs["writable"], obs["why_not"] = False, refused[s["id"]]
+            wrote = s in live_changes or any(s["id"] in u["settings"] for u in unit_changes.values())
             status, reason = self.status_of(s, obs, wrote=wrote)
             rows.append(self.result_row(s, obs, status, reason, wrote, before=before[s["id"]]))
 
@@ -635,6 +641,18 @@ class Engine(object):
         self.journal.save(entry)
         self.journal.event({"time": now(), "run_id": run_id, "layer": layer, "action": "apply", "changed": changed_ids})
         return self._summary("present", rows, unsupported, entry)
+
+    def _undo_live(self, written, snap, entry, before_apply):
+        """A live write was refused: put back the live values written before it and the journal
+        as it was, so the refused apply leaves nothing behind."""
+        for s in reversed(written):
+            old = snap["live"].get(s["id"])
+            if old is not None:
+                KINDS[s["kind"]].write_live(s, old, self.ctx)
+        if before_apply is not None:
+            self.journal.save(before_apply)
+        else:
+            fileops.remove(self.journal.path(entry["layer"]))
 
     def _unit_key_of(self, s):
         unit, _err = self._unit(s)

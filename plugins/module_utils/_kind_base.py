@@ -148,6 +148,24 @@ class Kind(object):
         return
 
 
+def plain_value(spec, what, required=True):
+    """The value of a setting as the text the kernel or the file gets, refused when it is no
+    plain value: a boolean (YAML 1.1 reads yes/no/on/off/true/false unquoted as booleans, so
+    ``pcie_aspm: off`` arrives as false), a list, a mapping, or nothing where a value is needed."""
+    value = spec.get("value")
+    if isinstance(value, bool):
+        raise SpecError(
+            "%s: %r is a boolean, not a value for the kernel (YAML reads yes/no/on/off/true/false as booleans): "
+            'write the value the kernel expects, in quotes ("off", "1")' % (what, value)
+        )
+    if isinstance(value, (list, dict)):
+        raise SpecError("%s: the value must be a single number or word, got %r" % (what, value))
+    text = "" if value is None else str(value).strip()
+    if required and text == "":
+        raise SpecError("%s needs a value, got %r" % (what, value))
+    return text
+
+
 def require(spec, field, kind):
     if spec.get(field) in (None, ""):
         raise SpecError("setting of kind %s needs '%s'" % (kind, field))

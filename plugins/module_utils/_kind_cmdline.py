@@ -26,9 +26,10 @@ from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import env_
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
     HEADER,
     Kind,
+    plain_value,
+    setting,
     SpecError,
     Unsupported,
-    setting,
 )
 
 GRUB_DROPIN = "/etc/default/grub.d/60-stacktune-%s.cfg"
@@ -123,8 +124,7 @@ class KernelArgKind(Kind):
         name = str(spec.get("key") or "")
         if not _NAME.match(name):
             raise SpecError("kernel_arg key %r is not a valid boot argument name" % name)
-        value = spec.get("value")
-        value = "" if value is None else str(value)
+        value = plain_value(spec, "kernel_arg %s" % name, required=False)
         if not _VALUE.match(value):
             raise SpecError(
                 "kernel_arg %s value %r has characters not allowed on a kernel command line" % (name, value)

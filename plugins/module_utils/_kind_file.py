@@ -19,9 +19,10 @@ from ansible_collections.stacktune.gpu.plugins.module_utils import _bootlimits
 from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import env_file_value
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
     Kind,
-    SpecError,
+    plain_value,
     require,
     setting,
+    SpecError,
 )
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -134,10 +135,10 @@ class EnvVarKind(Kind):
         name = str(require(spec, "key", self.name))
         if not _ENV_NAME.match(name):
             raise SpecError("env_var key %r is not a shell variable name" % name)
-        value = spec.get("value")
-        if value is None or "\n" in str(value) or '"' in str(value):
+        value = plain_value(spec, "env_var %s" % name, required=False)
+        if "\n" in value or '"' in value:
             raise SpecError("env_var %s needs a one-line 'value' without double quotes" % name)
-        return [setting(self.name, "%s:%s" % (path, name), str(value), path=path, name=name)]
+        return [setting(self.name, "%s:%s" % (path, name), value, path=path, name=name)]
 
     def same(self, a, b):
         return a == b

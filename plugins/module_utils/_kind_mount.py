@@ -25,10 +25,11 @@ from ansible_collections.stacktune.gpu.plugins.module_utils._dropins import orde
 from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import read_text
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
     Kind,
-    SpecError,
-    Unsupported,
+    plain_value,
     require,
     setting,
+    SpecError,
+    Unsupported,
 )
 
 OPTIONS = ("size", "nr_inodes", "mode")
@@ -115,13 +116,18 @@ class MountKind(Kind):
         option = spec.get("option", "size")
         if option not in OPTIONS:
             raise SpecError("mount option %r is not one of %s" % (option, ", ".join(OPTIONS)))
-        value = str(require(spec, "value", self.name)).strip()
+        value = plain_value(spec, "mount %s %s" % (mountpoint, option))
         if option == "size":
             try:
                 if size_bytes(value) <= 0:
                     raise ValueError("size must be positive")
             except ValueError as exc:
                 raise SpecError("mount %s size: %s" % (mountpoint, exc)) from None
+            if value.isdigit():
+                raise SpecError(
+                    "mount %s size %s has no unit: that is %s bytes; give the unit (64G, 512M)"
+                    % (mountpoint, value, value)
+                )
         elif option == "nr_inodes" and not value.isdigit():
             raise SpecError("mount %s nr_inodes must be a whole number, got %r" % (mountpoint, value))
         elif option == "mode" and not re.match(r"^[0-7]{3,4}$", value):

@@ -22,12 +22,14 @@ import re
 
 from ansible_collections.stacktune.gpu.plugins.module_utils import _writers
 from ansible_collections.stacktune.gpu.plugins.module_utils._dropins import ordered_files
+from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import read_text
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
     HEADER,
     Kind,
     SpecError,
     exists,
     norm_ws,
+    plain_value,
     require,
     setting,
 )
@@ -58,6 +60,55 @@ def _links_to(ctx, host_path, target):
     return os.path.normpath(resolved) == target
 
 
+# Sysctls whose value is one whole number in a range the kernel enforces (so a value outside
+# it is refused here too, where a container cannot write it live to find out).
+RANGES = {
+    "vm.swappiness": (0, 200),
+    "vm.dirty_ratio": (0, 100),
+    "vm.dirty_background_ratio": (0, 100),
+    "vm.overcommit_memory": (0, 2),
+    "vm.overcommit_ratio": (0, None),
+    "vm.max_map_count": (0, 2147483647),
+    "vm.nr_hugepages": (0, None),
+    "vm.zone_reclaim_mode": (0, 7),
+    "vm.dirty_expire_centisecs": (0, None),
+    "vm.dirty_writeback_centisecs": (0, None),
+    "kernel.numa_balancing": (0, 3),
+    "kernel.perf_event_paranoid": (-1, 4),
+}
+
+
+def meminfo_kib(ctx, field):
+    for line in (read_text(ctx.path("/proc/meminfo")) or "").splitlines():
+        name, _sep, rest = line.partition(":")
+        if name == field and rest.split():
+            return int(rest.split()[0])
+    return None
+
+
+def check_range(key, value, ctx):
+    """Refuse a value outside what the kernel takes for the sysctls of RANGES; huge pages
+    must also fit in the host's memory."""
+    if key not in RANGES:
+        return
+    low, high = RANGES[key]
+    if not re.match(r"^-?\d+$", value):
+        raise SpecError("sysctl %s must be a whole number, got %r" % (key, value))
+    number = int(value)
+    if number < low or high is not None and number > high:
+        raise SpecError(
+            "sysctl %s must be %s, got %s"
+            % (key, ("%d to %d" % (low, high)) if high is not None else ">= %d" % low, number)
+        )
+    if key == "vm.nr_hugepages":
+        total, page = meminfo_kib(ctx, "MemTotal"), meminfo_kib(ctx, "Hugepagesize")
+        if total and page and number * page > total:
+            raise SpecError(
+                "sysctl vm.nr_hugepages %d pages of %d kB is %.1f GiB, more than this host's %.1f GiB of memory"
+                % (number, page, number * page / 1048576.0, total / 1048576.0)
+            )
+
+
 class SysctlKind(Kind):
     name = "sysctl"
 
@@ -65,11 +116,11 @@ class SysctlKind(Kind):
         key = str(require(spec, "key", self.name)).replace("/", ".")
         if not _KEY.match(key):
             raise SpecError("sysctl key %r is not a valid name (e.g. vm.swappiness)" % key)
-        if spec.get("value") is None:
-            raise SpecError("sysctl %s needs 'value'" % key)
+        value = norm_ws(plain_value(spec, "sysctl %s" % key))
         if not exists(ctx, self._proc(key)):
             raise SpecError("sysctl key %r does not exist on this host (%s missing)" % (key, self._proc(key)))
-        return [setting(self.name, key, norm_ws(spec["value"]))]
+        check_range(key, value, ctx)
+        return [setting(self.name, key, value)]
 
     @staticmethod
     def _proc(key):

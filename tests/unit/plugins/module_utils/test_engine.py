@@ -187,7 +187,7 @@ def test_journal_is_private(fakeroot):
     [
         ({"kind": "sysctl", "key": "vm.no_such_knob", "value": 1}, "does not exist on this host"),
         ({"kind": "sysctl", "key": "vm swappiness", "value": 1}, "not a valid name"),
-        ({"kind": "sysctl", "key": "vm.swappiness"}, "needs 'value'"),
+        ({"kind": "sysctl", "key": "vm.swappiness"}, "needs a value"),
         ({"kind": "sysfs", "key": "/etc/passwd", "value": "x"}, "under /sys/"),
         ({"kind": "sysfs", "key": "/sys/../etc/passwd", "value": "x"}, "under /sys/"),
         ({"kind": "irq_affinity", "key": "42", "value": "3-1"}, "runs backwards"),

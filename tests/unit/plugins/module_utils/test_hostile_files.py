@@ -157,3 +157,65 @@ def test_a_shared_file_goes_back_byte_for_byte_final_newline_or_not(fakeroot, pa
     engine(fakeroot, layer).restore("original", "rollback")
     with open(host(fakeroot, path), "rb") as handle:
         assert handle.read() == original
+
+
+# ---------------------------------------------------------------- values the kernel refuses
+
+
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ({"kind": "sysctl", "key": "vm.swappiness", "value": False}, "False is a boolean, not a value for the kernel"),
+        ({"kind": "sysctl", "key": "vm.swappiness", "value": ""}, "sysctl vm.swappiness needs a value"),
+        ({"kind": "sysctl", "key": "vm.swappiness", "value": "250"}, "sysctl vm.swappiness must be 0 to 200, got 250"),
+        ({"kind": "sysctl", "key": "vm.swappiness", "value": "ten"}, "must be a whole number"),
+        ({"kind": "kernel_arg", "key": "pcie_aspm", "value": False}, "kernel_arg pcie_aspm: False is a boolean"),
+        ({"kind": "mount", "key": "/dev/shm", "option": "size", "value": "64"}, "has no unit: that is 64 bytes"),
+        ({"kind": "mount", "key": "/dev/shm", "option": "size", "value": True}, "True is a boolean"),
+        ({"kind": "file", "key": "/etc/passwd", "value": "x\n"}, "/etc/passwd is a system file"),
+        ({"kind": "file", "key": "/etc/sudoers.d/90-x", "value": "x\n"}, "/etc/sudoers is a system file"),
+        ({"kind": "env_var", "path": "/etc/ssh/sshd_config", "key": "A", "value": "1"}, "/etc/ssh is a system file"),
+    ],
+)
+def test_values_and_paths_the_host_would_refuse_or_regret_are_refused_first(fakeroot, spec, message):
+    before = everything(fakeroot)
+    for check in (True, False):
+        with pytest.raises(SpecError, match=message):
+            engine(fakeroot, "kernel", check=check).apply([dict(spec, var="some_var")], "run1")
+    assert everything(fakeroot) == before
+
+
+def test_huge_pages_must_fit_in_memory(fakeroot):
+    put(fakeroot, "/proc/meminfo", "MemTotal:       24576000 kB\nHugepagesize:       2048 kB\n")
+    put(fakeroot, "/proc/sys/vm/nr_hugepages", "0\n")
+    spec = {"kind": "sysctl", "key": "vm.nr_hugepages", "value": "100000000"}
+    with pytest.raises(SpecError, match=r"100000000 pages of 2048 kB is 195312.5 GiB, more than this host's 23.4 GiB"):
+        engine(fakeroot, "memory").apply([spec], "run1")
+    engine(fakeroot, "memory").apply([dict(spec, value="1024")], "run1")
+
+
+def test_a_live_write_the_kernel_refuses_is_not_persisted_and_undoes_the_others(fakeroot, monkeypatch):
+    from ansible_collections.stacktune.gpu.plugins.module_utils import _kind_sysctl
+
+    real = _kind_sysctl.SysctlKind.write_live
+
+    def kernel(self, s, value, ctx):
+        if s["key"] == "vm.max_map_count" and value == "1048576":
+            raise OSError(22, "Invalid argument")
+        return real(self, s, value, ctx)
+
+    monkeypatch.setattr(_kind_sysctl.SysctlKind, "write_live", kernel)
+    before = everything(fakeroot)
+    specs = [
+        {"kind": "sysctl", "key": "vm.swappiness", "value": "10", "var": "kernel_sysctl"},
+        {"kind": "sysctl", "key": "vm.max_map_count", "value": "1048576", "var": "kernel_sysctl"},
+    ]
+    with pytest.raises(
+        SpecError,
+        match=r"kernel_sysctl: the kernel refused vm.max_map_count = 1048576: .*Invalid argument; nothing was",
+    ):
+        engine(fakeroot, "kernel").apply(specs, "run1")
+    after = everything(fakeroot)
+    # swappiness, written first, is back; no drop-in; the journal as it was (none)
+    assert {k: v for k, v in after.items() if "var/lib/stacktune" not in k} == before
+    assert not os.path.exists(host(fakeroot, "/var/lib/stacktune/layers/kernel.json"))
