@@ -792,6 +792,9 @@ class Engine(object):
         for s in settings:
             obs = self.observe(s)
             status, reason = self.status_of(s, obs)
+            if not specs and obs["live_error"] and entry["original"]["live"].get(s["id"]) is not None:
+                # stacktune read and kept it; that it cannot be read any more is drift, not "unsupported"
+                status, reason = "drift", "kept by stacktune, but now %s" % obs["live_error"]
             rows.append(self.result_row(s, obs, status, reason, False))
         for kind_name in sorted({s["kind"] for s in settings}):
             self.notes.extend(KINDS[kind_name].other_writers([s for s in settings if s["kind"] == kind_name], self.ctx))

@@ -228,10 +228,13 @@ def atomic_write(path, data, mode=0o644, uid=0, gid=0, kill_at=None, layer=None)
     (and at most a ``.stacktune-*`` temporary file, which the next write sweeps away).
     """
     directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        os.makedirs(directory, 0o755)
-    sweep_temp(directory)
-    fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=directory)
+    try:
+        if not os.path.isdir(directory):
+            os.makedirs(directory, 0o755)
+        sweep_temp(directory)
+        fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=directory)
+    except OSError as exc:
+        raise OSError(exc.errno, "cannot write %s: %s" % (path, exc.strerror)) from None
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -243,9 +246,12 @@ def atomic_write(path, data, mode=0o644, uid=0, gid=0, kill_at=None, layer=None)
         if kill_at:
             kill_point(kill_at, layer)
         os.rename(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename is None and str(path) not in str(exc):
+            # a full or read-only filesystem: name the file, not only the errno
+            raise OSError(exc.errno, "cannot write %s: %s" % (path, exc.strerror)) from None
         raise
     fsync_dir(directory)
 

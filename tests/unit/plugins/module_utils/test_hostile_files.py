@@ -219,3 +219,29 @@ def test_a_live_write_the_kernel_refuses_is_not_persisted_and_undoes_the_others(
     # swappiness, written first, is back; no drop-in; the journal as it was (none)
     assert {k: v for k, v in after.items() if "var/lib/stacktune" not in k} == before
     assert not os.path.exists(host(fakeroot, "/var/lib/stacktune/layers/kernel.json"))
+
+
+# ---------------------------------------------------------------- every failure names its object
+
+
+def test_a_kept_setting_that_can_no_longer_be_read_is_drift(fakeroot):
+    engine(fakeroot, "kernel").apply(SYSCTL, "run1")
+    engine(fakeroot, "kernel").keep("run1", {"decision": "keep"})
+    os.remove(host(fakeroot, "/proc/sys/vm/swappiness"))
+    out = engine(fakeroot, "kernel").verify()
+    row = out["settings"][0]
+    assert row["status"] == "drift" and out["drift"] == ["sysctl:vm.swappiness"]
+    assert row["reason"].startswith("kept by stacktune, but now ") and "/proc/sys/vm/swappiness" in row["reason"]
+
+
+def test_a_full_filesystem_names_the_file(fakeroot, monkeypatch):
+    from ansible_collections.stacktune.gpu.plugins.module_utils import _fileops
+
+    def full(*_args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(_fileops.os, "fsync", full)
+    # the write-ahead journal is the first file written
+    with pytest.raises(OSError, match="cannot write .*/var/lib/stacktune/layers/nccl.json: No space left on device"):
+        engine(fakeroot, "nccl").apply(NCCL, "run1")
+    assert not os.path.exists(host(fakeroot, "/etc/nccl.conf"))
