@@ -16,12 +16,15 @@ import os
 
 from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
-from ansible_collections.stacktune.gpu.plugins.module_utils._varspec import MISSING, check
+from ansible_collections.stacktune.gpu.plugins.module_utils._varspec import UNDECLARED, MISSING, check, misspelled
+
+# the collection's roles (this file is plugins/action/check_vars.py)
+ROLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__)))), "roles")
 
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("entry_point", "role_path", "skip"))
+    _VALID_ARGS = frozenset(("entry_point", "role_path", "skip", "typos"))
 
     def _spec_file(self):
         role_path = self._task.args.get("role_path")
@@ -62,6 +65,10 @@ class ActionModule(ActionBase):
                 continue
             values[name] = value
         errors.extend(check(options, values))
+        if self._task.args.get("typos") and not self._templar.template(
+            task_vars.get("stacktune_allow_unknown_vars", False)
+        ):
+            errors.extend(self._typos(task_vars))
         result["checked"] = sorted(options)
         result["changed"] = False
         if errors:
@@ -71,6 +78,26 @@ class ActionModule(ActionBase):
         else:
             result["msg"] = "%d variables match the argument spec" % len(options)
         return result
+
+    def _known(self):
+        """Every variable any role of the collection declares, in any entry point."""
+        names = set(UNDECLARED)
+        for role in sorted(os.listdir(ROLES)):
+            path = os.path.join(ROLES, role, "meta", "argument_specs.yml")
+            if not os.path.isfile(path):
+                continue
+            for entry in ((self._loader.load_from_file(path) or {}).get("argument_specs") or {}).values():
+                names.update((entry or {}).get("options") or {})
+        return names
+
+    def _typos(self, task_vars):
+        """A variable that is no variable of the collection but close to one is a typo."""
+        return [
+            "%s is not a variable of stacktune.gpu (did you mean %s?); as written it would be ignored and the run "
+            "would use the default. If it belongs to another role, set stacktune_allow_unknown_vars: true"
+            % (name, best)
+            for name, best in misspelled(set(task_vars), self._known())
+        ]
 
 
 class _Unresolved(object):

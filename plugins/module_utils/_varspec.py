@@ -218,3 +218,52 @@ def check(options, values):
         if len(errors) == before and value is not None and rule_for(name):
             _check_rule(name, rule_for(name), value, errors)
     return errors
+
+
+# ---------------------------------------------------------------- misspelled variables
+
+# Variables the collection reads that no role's argument spec declares: play keywords of
+# tune.yml (given with -e), the fleet-wide preflight values, and the run's own outputs.
+UNDECLARED = (
+    "stacktune_hosts",
+    "stacktune_serial",
+    "stacktune_canary_percent",
+    "stacktune_canary_stop_on_rollback",
+    "stacktune_max_fail_percentage",
+    "stacktune_run_id",
+    "stacktune_results",
+    "stacktune_expected_gpu_count",
+    "stacktune_psu_capacity_watts",
+    "stacktune_platform_watts",
+)
+
+
+def edit_distance(a, b, most=2):
+    """Levenshtein distance of two names, or ``most + 1`` as soon as it exceeds ``most``."""
+    if abs(len(a) - len(b)) > most:
+        return most + 1
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i]
+        for j, cb in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
+        if min(current) > most:
+            return most + 1
+        previous = current
+    return previous[-1]
+
+
+def misspelled(names, known, most=2, shortest=8):
+    """``[(name, closest known name)]`` for every name that is not known but within ``most``
+    edits of a known one (``stacktune_layer`` for ``stacktune_layers``, ``kernel_sysctls`` for
+    ``kernel_sysctl``). Names of Ansible and private names (``ansible_*``, ``_*``) and names of
+    other roles that look nothing like these (``kernel_settings_sysctl``) are never reported."""
+    known = set(known)
+    out = []
+    for name in sorted(names):
+        if name in known or name.startswith(("_", "ansible_")) or len(name) < shortest:
+            continue
+        best = min(known, key=lambda k: (edit_distance(name, k, most), k)) if known else None
+        if best is not None and edit_distance(name, best, most) <= most:
+            out.append((name, best))
+    return out

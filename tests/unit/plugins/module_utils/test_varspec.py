@@ -141,3 +141,31 @@ def test_every_rule_names_a_variable_some_role_declares():
             assert any(name.endswith(pattern[1:]) for name in declared), pattern
         else:
             assert pattern in declared, pattern
+
+
+# ---------------------------------------------------------------- misspelled variables
+
+
+def test_misspelled_variables_name_the_one_meant():
+    from ansible_collections.stacktune.gpu.plugins.module_utils._varspec import misspelled
+
+    known = {"stacktune_layers", "kernel_sysctl", "memory_shm_size", "nccl_conf_path", "stacktune_gate"}
+    given = {
+        "stacktune_layer",  # a letter short
+        "kernel_sysctls",  # a letter more
+        "stactune_gate",  # in the prefix
+        "memory_shm_szie",  # swapped letters
+        "kernel_settings_sysctl",  # linux-system-roles' kernel_settings role: nothing like ours
+        "kernel_settings_transparent_hugepages",
+        "ansible_python_interpreter",
+        "__stacktune_layer",
+        "inventory_hostname",
+        "gpu_model",
+        "nccl_conf_path",  # known
+    }
+    assert misspelled(given, known) == [
+        ("kernel_sysctls", "kernel_sysctl"),
+        ("memory_shm_szie", "memory_shm_size"),
+        ("stactune_gate", "stacktune_gate"),
+        ("stacktune_layer", "stacktune_layers"),
+    ]
