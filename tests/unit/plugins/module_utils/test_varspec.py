@@ -166,6 +166,6 @@ def test_misspelled_variables_name_the_one_meant():
     assert misspelled(given, known) == [
         ("kernel_sysctls", "kernel_sysctl"),
         ("memory_shm_szie", "memory_shm_size"),
-        ("stactune_gate", "stacktune_gate"),
         ("stacktune_layer", "stacktune_layers"),
+        ("stactune_gate", "stacktune_gate"),
     ]
