@@ -38,6 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 CONNECTION_PLUGINS = os.path.join(REPO, "tests", "molecule", "plugins", "connection")
 SECRET = "S3cretSmbPassw0rd"  # planted in /etc/fstab by prepare; must never be logged
+LINKED_SECRET = "root:$6$L1nkedShad0wHash:19000:0:99999:7:::"  # behind a link planted by the hostile phase
 LAYERS = ["bios", "driver", "memory", "kernel", "numa_irq", "gpu_settings", "nccl"]
 # The layers that have settings on a GPU-less container: the killed hosts tune only these
 # (the others change nothing there), so they must still end in the reference host's state.
@@ -72,6 +73,77 @@ MARKERS = {
     "without": "/run/stacktune-block-without",
     "switch": "/run/stacktune-test-paused",  # the engine's pause point mid_suspend (test hook)
 }
+# A messy or hostile host, each case one tune (or rollback) on a container of its own:
+# (name, shell that plants the fault, run's variables, playbook, what the refusal must say
+# or None when the run must succeed, shell that takes the fault away again).
+SAVE_FSTAB = "cp -p /etc/fstab /root/fstab.saved; "
+PUT_BACK_FSTAB = "rm -f /etc/fstab; mv /root/fstab.saved /etc/fstab"
+HOSTILE = {
+    "safety-h1": [
+        (
+            "a managed file that is a link to a secret",
+            "printf '%s\\n' '" + LINKED_SECRET + "' > /root/shadow-copy; chmod 600 /root/shadow-copy; "
+            "ln -s /root/shadow-copy /etc/nccl.conf",
+            {"stacktune_layers": ["nccl"]},
+            "playbooks/tune.yml",
+            "/etc/nccl.conf is a symbolic link (to /root/shadow-copy)",
+            "rm -f /etc/nccl.conf /root/shadow-copy",
+        ),
+        (
+            "/etc/fstab a link to another file",
+            SAVE_FSTAB + "cp -p /etc/fstab /root/fstab.real; rm /etc/fstab; ln -s /root/fstab.real /etc/fstab",
+            {"stacktune_layers": ["memory"]},
+            "playbooks/tune.yml",
+            "/etc/fstab is a symbolic link (to /root/fstab.real)",
+            "rm -f /root/fstab.real; " + PUT_BACK_FSTAB,
+        ),
+        (
+            "/etc/fstab with two /dev/shm lines",
+            SAVE_FSTAB
+            + "printf 'tmpfs /dev/shm tmpfs size=1G 0 0\\ntmpfs /dev/shm tmpfs size=2G 0 0\\n' >> /etc/fstab",
+            {"stacktune_layers": ["memory"]},
+            "playbooks/tune.yml",
+            "/etc/fstab has 2 lines for /dev/shm",
+            PUT_BACK_FSTAB,
+        ),
+    ],
+    "safety-h2": [
+        (
+            "a shared directory (1777) as the journal",
+            "chmod 1777 /tmp",
+            {"stacktune_layers": ["nccl"], "stacktune_journal_dir": "/tmp"},
+            "playbooks/tune.yml",
+            "a shared directory such as /tmp is no place for it",
+            "true",
+        ),
+        (
+            "a world-writable journal holding a record another user owns",
+            "chmod 0777 /var/lib/stacktune/layers; chown nobody /var/lib/stacktune/layers/nccl.json",
+            {"stacktune_layers": ["nccl"]},
+            "playbooks/rollback.yml",
+            "is writable by its group or by others (mode 0777)",
+            "chmod 0700 /var/lib/stacktune/layers; chown root /var/lib/stacktune/layers/nccl.json",
+        ),
+        (
+            "a journal record holding {}",
+            "cp -p /var/lib/stacktune/layers/nccl.json /root/nccl.json.saved; "
+            "echo '{}' > /var/lib/stacktune/layers/nccl.json",
+            {"stacktune_layers": ["nccl"]},
+            "playbooks/tune.yml",
+            "is not a stacktune layer record (it holds an empty object)",
+            "mv /root/nccl.json.saved /var/lib/stacktune/layers/nccl.json",
+        ),
+        (
+            "an /etc/fstab without a final newline, tuned and rolled back",
+            SAVE_FSTAB + "printf 'UUID=abcd / ext4 defaults 0 1' > /etc/fstab",
+            {"stacktune_layers": ["memory"]},
+            "playbooks/tune.yml",
+            None,
+            PUT_BACK_FSTAB,
+        ),
+    ],
+}
+
 # Every process of a container but its init and the shell that looks.
 OTHER_PROCESSES = r"""
 for d in /proc/[0-9]*; do
@@ -497,7 +569,7 @@ class Driver(object):
         self.hygiene_files()
         self.crash_and_concurrency(final)
         self.rollback(pre)
-        self.signals()
+        self.signals_and_hostile_hosts()
         self.hygiene_logs()
         self.counts["total_seconds"] = round(time.time() - started)
         print("safety summary: %s" % json.dumps(self.counts, sort_keys=True))
@@ -780,6 +852,88 @@ class Driver(object):
         check(self.sh(REF, "cat %s; rm %s" % (orphan, orphan)).endswith("NCCL_DEBUG=WARN\n"), "the orphan was changed")
         print("rollback: a stacktune file that no journal owns is named and left alone")
 
+    def signals_and_hostile_hosts(self):
+        """The signal cases and the hostile-host cases at once, on containers of their own."""
+        import threading
+
+        failures = []
+
+        def guarded(phase):
+            try:
+                phase()
+            except Failure as exc:
+                failures.append(str(exc))
+
+        threads = [threading.Thread(target=guarded, args=(p,)) for p in (self.signals, self.hostile_hosts)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        check(not failures, "; ".join(failures))
+
+    def hostile_hosts(self):
+        """Links, foreign-owned and world-writable journals, duplicate lines, no final newline."""
+        import threading
+
+        failures, covered = [], []
+        started = time.time()
+        common = {"stacktune_gate": False}
+
+        def host_cases(host):
+            try:
+                pre = self.state_hash(host)
+                # the journal cases need a journal: tune nccl once (rolled back at the end)
+                if any("journal record" in case[0] for case in HOSTILE[host]):
+                    first = self.playbook(
+                        "hostile-%s-setup" % host,
+                        TUNE,
+                        self.inventory("h-%s" % host, [host], common=dict(common, stacktune_layers=["nccl"])),
+                    )
+                    check(first["rc"] == 0, "%s: the setup run failed:\n%s" % (host, first["out"][-2000:]))
+                for n, (what, plant, extra, playbook, needle, clean) in enumerate(HOSTILE[host]):
+                    self.sh(host, plant)
+                    planted = self.state_hash(host)
+                    name = "hostile-%s-%d" % (host, n)
+                    run = self.playbook(name, playbook, self.inventory(name, [host], common=dict(common, **extra)))
+                    label = "%s (%s)" % (what, host)
+                    if needle is None:
+                        check(run["rc"] == 0, "%s: the run failed:\n%s" % (label, run["out"][-2000:]))
+                        back = self.playbook(
+                            name + "-rollback",
+                            "playbooks/rollback.yml",
+                            self.inventory(name + "-rb", [host], common=extra),
+                        )
+                        check(back["rc"] == 0, "%s: the rollback failed" % label)
+                        check(self.state_hash(host) == planted, "%s: not back byte for byte after the rollback" % label)
+                    else:
+                        check(
+                            run["rc"] != 0 and needle in run["out"],
+                            "%s was not refused with %r:\n%s" % (label, needle, run["out"][-2500:]),
+                        )
+                        check(self.state_hash(host) == planted, "%s: the refused run changed the host" % label)
+                    self.sh(host, clean)
+                    covered.append(what)
+                back = self.playbook(
+                    "hostile-%s-rollback" % host, "playbooks/rollback.yml", self.inventory("h-rb-%s" % host, [host])
+                )
+                check(back["rc"] == 0, "%s: the last rollback failed:\n%s" % (host, back["out"][-2000:]))
+                check(self.state_hash(host) == pre, "%s: not back to its state before the hostile cases" % host)
+            except Failure as exc:
+                failures.append(str(exc))
+
+        threads = [threading.Thread(target=host_cases, args=(h,)) for h in sorted(HOSTILE)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        check(not failures, "; ".join(failures))
+        self.counts.setdefault("seconds", {})["hostile"] = round(time.time() - started)
+        print(
+            "hostile hosts: %d faults on real containers (%s) were each refused before any change, naming the path, "
+            "or went back byte for byte" % (len(covered), "; ".join(covered))
+        )
+        self.counts["hostile_cases"] = covered
+
     def signals(self):
         """Stop the controller while the gate measures, in every way a user or scheduler does."""
         import threading
@@ -927,13 +1081,14 @@ class Driver(object):
         scanned = 0
         for base, _dirs, files in os.walk(self.work):
             for name in files:
-                check(SECRET not in read_file(os.path.join(base, name)), "secret in %s" % name)
+                text = read_file(os.path.join(base, name))
+                check(SECRET not in text and LINKED_SECRET not in text, "secret in %s" % name)
                 scanned += 1
-        for host in ALL:
+        for host in ALL + sorted(HOSTILE):
             journal = self.sh(
                 host, "cat /var/lib/stacktune/events.jsonl /var/lib/stacktune/layers/*.json 2>/dev/null; true"
             )
-            check(SECRET not in journal, "secret in the journal of %s" % host)
+            check(SECRET not in journal and LINKED_SECRET not in journal, "secret in the journal of %s" % host)
         print("hygiene: the planted secret is in none of %d logs and reports nor in %d journals" % (scanned, len(ALL)))
         self.counts["secret_scanned_files"] = scanned
 
