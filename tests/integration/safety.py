@@ -900,10 +900,12 @@ class Driver(object):
                     label = "%s (%s)" % (what, host)
                     if needle is None:
                         check(run["rc"] == 0, "%s: the run failed:\n%s" % (label, run["out"][-2000:]))
+                        # only this case's layers: the journal cases keep another layer tuned meanwhile
+                        only = dict(extra, stacktune_rollback_layers=extra["stacktune_layers"])
                         back = self.playbook(
                             name + "-rollback",
                             "playbooks/rollback.yml",
-                            self.inventory(name + "-rb", [host], common=extra),
+                            self.inventory(name + "-rb", [host], common=only),
                         )
                         check(back["rc"] == 0, "%s: the rollback failed" % label)
                         check(self.state_hash(host) == planted, "%s: not back byte for byte after the rollback" % label)
