@@ -425,6 +425,13 @@ def _ratio_dim(name, label, bs, as_, at_b, at_a, confidence, band, better_conf=N
     sign = 1 if name == "throughput" else -1
     if verdict == "better" and better_conf is not None and not _strictly_better(eff, better_conf, sign):
         verdict = "same"
+    beyond = ratio <= 1.0 - band if name == "throughput" else ratio >= 1.0 + band
+    if verdict != "worse" and better_conf is not None and beyond and _strictly_better(eff, better_conf, -sign):
+        # the same rule as "better", the other way: a significant change beyond the tolerance
+        verdict = "worse"
+        out["worse_by"] = "significance"
+    elif verdict == "worse":
+        out["worse_by"] = "whole interval"
     out.update(
         ratio=_sig(ratio),
         ratio_ci=[_sig(ci[0]), _sig(ci[1])],
@@ -455,6 +462,11 @@ def _stall_dim(bs, as_, at_b, at_a, confidence, band, factor, better_conf=None):
     lo, hi, d = eff["lo"], eff["hi"], eff["delta"]
     if lo > band:
         verdict = "worse"
+        out["worse_by"] = "whole interval"
+    elif d >= band and better_conf is not None and _strictly_better(eff, better_conf, 1):
+        # more stalls, significantly, beyond the tolerance (the rule "better" follows, the other way)
+        verdict = "worse"
+        out["worse_by"] = "significance"
     elif hi < 0.0 and d <= -band and band > 0 and (better_conf is None or _strictly_better(eff, better_conf, -1)):
         verdict = "better"
     elif hi <= band:

@@ -514,6 +514,8 @@ def judge(
         raise ValueError("seed must be an integer or None, got %r" % (seed,))
     xb, tp_b = _samples(before, "before")
     xa, tp_a = _samples(after, "after")
+    factor = _check_unit_interval("stall_factor", stall_factor, 1.0, 1000.0)
+    stall_tol = _check_unit_interval("stall_tolerance", stall_tolerance, 0.0, 1.0, low_open=False)
 
     eff_tol, eff_gain, eff_p50 = tol, gain, gain
 
@@ -539,7 +541,11 @@ def judge(
         "p999": None,
         "needed_samples": None,
         "verdicts": {"throughput": "unknown", "p50": "unknown", "tail": "unknown"},
+        "method": "steps",
+        "between_run_noise": "unknown",
     }
+    result["stalls"] = stall_test(xb, xa, factor, stall_tol, confidence)
+    result["verdicts"]["stalls"] = result["stalls"]["verdict"]
 
     need_tail = needed_samples(q, confidence)
     need_p50 = needed_samples(0.5, confidence)
@@ -609,28 +615,71 @@ def judge(
     return _finish(result, worst, None, tp=tp, p50=p50, tail=tail)
 
 
+ONE_BLOCK = (
+    "judged as one block per side: the noise between process runs is unknown here, so a shift of "
+    "the whole run cannot be told from it; give blocks (a list of lists of step ms, one per run) to "
+    "judge over runs"
+)
+
+
+def _hypergeom_upper(k, draws, successes, population):
+    """P(X >= k) for X ~ Hypergeometric(population, successes, draws): Fisher's exact test, one-sided."""
+
+    def log_choose(n, r):
+        return math.lgamma(n + 1) - math.lgamma(r + 1) - math.lgamma(n - r + 1)
+
+    low, high = max(k, draws - (population - successes), 0), min(draws, successes)
+    if low > high:
+        return 0.0
+    denominator = log_choose(population, draws)
+    return min(
+        1.0,
+        sum(
+            math.exp(log_choose(successes, i) + log_choose(population - successes, draws - i) - denominator)
+            for i in range(low, high + 1)
+        ),
+    )
+
+
+def stall_test(before, after, factor, tolerance, confidence):
+    """Stalled steps (slower than ``factor`` x the median step before) in one flat list against
+    the other: Fisher's exact test on the counts. Worse when more steps stall after, at
+    ``confidence``, by at least ``tolerance`` (a share of the steps)."""
+    threshold = factor * quantile(sorted(before), 0.5)
+    kb = sum(1 for x in before if x > threshold)
+    ka = sum(1 for x in after if x > threshold)
+    nb, na = len(before), len(after)
+    p_worse = _hypergeom_upper(ka, na, ka + kb, na + nb)
+    difference = ka / float(na) - kb / float(nb)
+    if difference >= tolerance and p_worse < 1.0 - confidence:
+        verdict = "worse"
+    elif difference <= 0.0 or difference < tolerance and p_worse >= 0.5:
+        verdict = "same"
+    else:
+        verdict = "unknown"
+    return {
+        "label": "steps beyond %gx the median" % factor,
+        "threshold_ms": _sig(threshold),
+        "count_before": kb,
+        "count_after": ka,
+        "before": _sig(kb / float(nb)),
+        "after": _sig(ka / float(na)),
+        "difference": _sig(difference),
+        "p_value": _sig(p_worse, 3),
+        "tolerance": tolerance,
+        "verdict": verdict,
+    }
+
+
 def _finish(result, worst_tail, short_reason, tp=None, p50=None, tail=None):
+    result = _decide_flat(result, worst_tail, short_reason, tp, p50, tail)
+    result["reason"] = "%s [%s]" % (result["reason"], ONE_BLOCK)
+    return result
+
+
+def _decide_flat(result, worst_tail, short_reason, tp=None, p50=None, tail=None):
     policy, final, conf = result["policy"], result["final"], result["confidence"]
     v = result["verdicts"]
-
-    if short_reason is not None:
-        # Not enough samples for the tail: no decision on the tail is possible.
-        detail = short_reason
-        if tp is not None:
-            detail += " (%s)" % _summary(tp, p50, None, conf)
-        if not final:
-            result["decision"] = "inconclusive"
-            result["reason"] = "inconclusive: %s; collect more steps" % detail
-        elif policy == "improve":
-            result["decision"] = "rollback"
-            result["reason"] = "rollback: no significant improvement shown: %s" % detail
-        else:
-            result["decision"] = "keep"
-            result["reason"] = (
-                "keep: no significant regression shown (final decision with too few samples): %s" % detail
-            )
-        return result
-
     tol_pct = "%g%%" % (result["tolerances"]["tail"] * 100.0)
     if worst_tail is not None:
         if tp["ratio"] >= 1.0:
@@ -657,6 +706,44 @@ def _finish(result, worst_tail, short_reason, tp=None, p50=None, tail=None):
             tail_note,
         )
         return result
+
+    stalls = result.get("stalls") or {}
+    if stalls.get("verdict") == "worse":
+        result["decision"] = "rollback"
+        result["reason"] = (
+            "rollback: more steps stalled: %d of %d -> %d of %d steps slower than %s ms (%s), one-sided "
+            "p = %.2g beyond the %g-point tolerance"
+            % (
+                stalls["count_before"],
+                result["n_before"],
+                stalls["count_after"],
+                result["n_after"],
+                _ms(stalls["threshold_ms"]),
+                stalls["label"],
+                stalls["p_value"],
+                stalls["tolerance"] * 100.0,
+            )
+        )
+        return result
+
+    if short_reason is not None:
+        # Not enough samples for the tail: no decision on the tail is possible.
+        detail = short_reason
+        if tp is not None:
+            detail += " (%s)" % _summary(tp, p50, None, conf)
+        if not final:
+            result["decision"] = "inconclusive"
+            result["reason"] = "inconclusive: %s; collect more steps" % detail
+        elif policy == "improve":
+            result["decision"] = "rollback"
+            result["reason"] = "rollback: no significant improvement shown: %s" % detail
+        else:
+            result["decision"] = "keep"
+            result["reason"] = (
+                "keep: no significant regression shown (final decision with too few samples): %s" % detail
+            )
+        return result
+
 
     summary = _summary(tp, p50, tail, conf)
     if v["throughput"] == "worse":

@@ -98,7 +98,7 @@ def test_clear_speed_up_is_kept_under_improve():
     after = [x / 1.2 for x in lognormal(22, 2000)]
     res = judge(before, after, policy="improve")
     assert res["decision"] == "keep"
-    assert res["verdicts"] == {"throughput": "better", "p50": "better", "tail": "better"}
+    assert res["verdicts"] == {"throughput": "better", "p50": "better", "tail": "better", "stalls": "same"}
     assert res["throughput"]["ci"][0] > 1.1
 
 
@@ -292,3 +292,28 @@ def test_bootstrap_tail_mean_matches_brute_force_resampling():
 
 
 # ------------------------------------------------------------ measuring helpers
+
+
+def test_the_seed_case_in_flat_form_is_a_rollback_on_its_stalls():
+    """Two flat lists of 500 steps, 8 stalls of 200+ ms after the change (p99 about x11): the
+    stall-rate test catches what one block per side supports, and the reason says that the
+    noise between runs is unknown and how to give blocks."""
+    before, after = field_case(7, 500)
+    rng = random.Random(9)
+    after = [x for x in after if x < 100.0][:492] + [203.0 + rng.random() for _unused in range(8)]
+    rng.shuffle(after)
+    res = judge(before, after, policy="no_regression")
+    assert res["decision"] == "rollback"
+    assert res["stalls"]["count_before"] == 0 and res["stalls"]["count_after"] == 8
+    assert res["stalls"]["p_value"] < 0.01 and res["verdicts"]["stalls"] == "worse"
+    assert res["reason"].startswith("rollback: more steps stalled: 0 of 500 -> 8 of 500 steps slower than")
+    assert res["tail"]["ratio"] > 10.0  # the p99 the field report saw, which one block alone cannot pin down
+    assert res["reason"].endswith("give blocks (a list of lists of step ms, one per run) to judge over runs]")
+    assert res["between_run_noise"] == "unknown" and res["method"] == "steps"
+
+
+def test_a_few_more_stalls_within_the_noise_are_no_verdict():
+    before = lognormal(31, 500)
+    after = lognormal(32, 500)
+    res = judge(before, after, policy="no_regression", final=True)
+    assert res["verdicts"]["stalls"] in ("same", "unknown") and res["decision"] == "keep"
