@@ -870,6 +870,78 @@ def combine(results, policy, final):
     return out
 
 
+_DIM_WORDS = {"throughput": "the throughput", "p50": "the median step", "tail": "the tail", "stalls": "the stalls"}
+
+
+def futility(res, policy, settings, per_arm):
+    """Why the rest of the budget cannot resolve what ``policy`` needs on one workload, or None.
+
+    At a look before the last: per dimension still unknown, the interval's half-width now is
+    scaled to the budget (``max_blocks`` per arm: the square root of the blocks and the
+    Student-t quantile at the degrees of freedom then). ``no_regression`` needs every
+    dimension resolved within its tolerance; when one cannot be, more blocks buy nothing,
+    unless the estimate leans beyond its tolerance the wrong way (then blocks may still show
+    the regression, and measuring goes on). ``improve`` needs one dimension shown better;
+    when none leans to a gain the budget could show, it stops.
+    """
+    budget = settings["max_blocks"]
+    if res.get("resolved") or per_arm >= budget or res.get("blocks_before") is None:
+        return None
+    conf = 0.5 + look_confidence(settings["confidence"], planned_looks(settings["min_blocks"], budget)) / 2.0
+    reachable, hopeless, leaning_worse = {}, [], False
+    for dim in DIMENSIONS:
+        block = res.get(dim) or {}
+        half, df = block.get("resolution"), block.get("df")
+        if block.get("verdict") != "unknown" or half is None or not df:
+            continue
+        band = block.get("tolerance") or 0.0
+        scale = math.sqrt(per_arm / float(budget)) * t_ppf(conf, df + 2 * (budget - per_arm)) / t_ppf(conf, df)
+        if dim == "stalls":
+            at_budget, estimate = half * scale, block.get("difference") or 0.0
+            worse = estimate > band
+            better = -estimate
+        else:
+            at_budget = math.expm1(math.log1p(half) * scale)
+            ratio = block.get("ratio") or 1.0
+            estimate = ratio - 1.0 if dim == "throughput" else 1.0 - ratio  # > 0: a gain
+            worse, better = estimate < -band, estimate
+        leaning_worse = leaning_worse or worse
+        reachable[dim] = (at_budget, half, band, better)
+        if at_budget >= band > 0:
+            needed = int(math.ceil(per_arm * (half / band) ** 2))
+            hopeless.append(
+                "%s to %s (+-%s now, +-%s at %d blocks per arm; about %d blocks per arm would be needed)"
+                % (
+                    _DIM_WORDS[dim],
+                    _span(dim, band),
+                    _span(dim, half),
+                    _span(dim, at_budget),
+                    budget,
+                    needed,
+                )
+            )
+    if policy == "no_regression":
+        if hopeless and not leaning_worse:
+            return "cannot resolve " + "; ".join(hopeless)
+        return None
+    # a gain the interval now still allows (half of its half-width above the estimate) that the budget could show
+    gains = [
+        d
+        for d, (at_budget, h, band, better) in reachable.items()
+        if better + h / 2.0 >= band and at_budget < better + h / 2.0
+    ]
+    if reachable and not gains and not leaning_worse:
+        return "no improvement of the %s asked for that the budget could show (%s)" % (
+            _span("throughput", settings["min_gain"]),
+            "; ".join(hopeless) or "no dimension leans to a gain",
+        )
+    return None
+
+
+def _span(dim, value):
+    return "%.2f points" % (value * 100.0) if dim == "stalls" else "%.1f%%" % (value * 100.0)
+
+
 class WorkloadBroken(Exception):
     """The workload fails without the layer as well as with it: nothing can be judged."""
 
@@ -1066,10 +1138,12 @@ class Trial:
         def ran(w):
             return bool(data[w]["on"]["blocks"] or data[w]["off"]["blocks"] or voids)
 
+        active = list(self.workloads)  # workloads still measured; futile ones stop early
+        futile = {}
         while result is None:
             for arm in self.ORDER:
                 toggles += self._switch(arm == "on")
-                for w in self.workloads:
+                for w in active:
                     out = block(w, arm)
                     if not out.get("failed") or arm != "on" or any(fails[x]["off"] for x in self.workloads):
                         continue
@@ -1101,8 +1175,29 @@ class Trial:
                     given = vals and all(v is not None for v in vals)
                     data[w][arm]["throughput"] = list(vals) if given else None
             judged = self._judge(data, final=last)
+            if not (judged["resolved"] or last):
+                # calibrate, then tune: a workload the budget cannot resolve stops taking blocks
+                per = judged.get("workloads") or {self.workloads[0]: judged}
+                for w in list(active):
+                    why = futility(per.get(w) or {}, self.policy, self.s, per_arm["on"])
+                    if why:
+                        futile[w] = why
+                        active.remove(w)
+                if not active:
+                    judged = self._judge(data, final=True)
+                    last = True
             if judged["resolved"] or last:
                 result = self._flaky(judged, fails, runs)
+        if futile:
+            result["futility"] = futile
+            words = "; ".join("%s on %s" % (why, w) for w, why in sorted(futile.items()))
+            result["reason"] = "%s; stopped early after %d+%d blocks: %s" % (
+                result["reason"],
+                per_arm["on"],
+                per_arm["off"],
+                words,
+            )
+            result["summary"] = "%s; stopped early: %s" % (result["summary"], words)
         self.data = data
         if any(fails[w]["on"] or fails[w]["off"] for w in self.workloads):
             result["failures"] = fails

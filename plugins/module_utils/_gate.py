@@ -744,7 +744,6 @@ def _decide_flat(result, worst_tail, short_reason, tp=None, p50=None, tail=None)
             )
         return result
 
-
     summary = _summary(tp, p50, tail, conf)
     if v["throughput"] == "worse":
         result["decision"] = "rollback"

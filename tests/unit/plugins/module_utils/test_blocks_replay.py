@@ -236,3 +236,47 @@ def test_a_flaky_run_of_the_recorded_training_is_said_to_be_flaky():
     res = trial.run()
     assert res["flaky"] is True and "the workload is flaky: command failed in 0 of 2" in res["summary"]
     assert "and 1 of 2 without (last: RuntimeError: unable to allocate shared memory(shm)" in res["summary"]
+
+
+# ---------------------------------------------------------------- stop when it cannot decide
+
+
+def dataloader_trial(seed, effect=1.0):
+    """One trial of the DataLoader on its recorded blocks, drawn at random; the layer slows it by ``effect``."""
+    _doc, blocks = recorded("dataloader")
+    rng = random.Random(seed)
+    feed = iter([blocks[rng.randrange(len(blocks))] for _i in range(40)])
+    state = {"on": True}
+
+    def measure(_w):
+        xs = next(feed)
+        return {"samples_ms": [x * effect for x in xs] if state["on"] else xs}
+
+    settings = check_settings({}, {"min_blocks": 4, "max_blocks": 8})
+    return Trial(
+        ["dataloader"], lambda on: state.update(on=on), measure, "no_regression", settings, iter(range(10**6)).__next__
+    ).run()
+
+
+def test_a_budget_that_cannot_resolve_the_noisy_dataloader_stops_early_and_says_so():
+    """A/A on the recorded DataLoader blocks (its throughput spreads about 10% between blocks):
+    at the first looks the remaining budget is often shown unable to resolve 2%, and the trial
+    stops with the policy's default for what it cannot resolve, naming what it would need."""
+    stopped, spent, decisions = 0, [], []
+    for seed in range(60):
+        res = dataloader_trial(seed)
+        decisions.append(res["decision"])
+        spent.append(res["blocks"]["with"])
+        if res.get("futility"):
+            stopped += 1
+            assert "stopped early after" in res["reason"] and "cannot resolve the " in res["summary"]
+            assert "blocks per arm would be needed" in res["futility"]["dataloader"]
+    assert stopped >= 10
+    assert sum(spent) / len(spent) < 7.5  # fewer blocks than the 8 per arm without the stop
+    assert decisions.count("rollback") <= 3  # and as few wrong rollbacks as before
+
+
+def test_a_clear_regression_is_never_stopped_early():
+    for seed in range(40):
+        res = dataloader_trial(seed, effect=1.15)
+        assert res["decision"] == "rollback" and not res.get("futility")
