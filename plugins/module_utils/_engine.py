@@ -626,7 +626,11 @@ class Engine(object):
 
         # a run that changed nothing leaves a kept layer kept (and its gate decision standing)
         unchanged = not any(r["changed"] for r in rows) and _same_settings(previous, settings)
-        entry["state"] = "kept" if unchanged and entry["snapshot"].get("state") == "kept" else "applied"
+        # so does a drift correction: it puts the kept settings back, and no gate is to judge them
+        restoring_kept = from_journal and entry["snapshot"].get("state") == "kept"
+        entry["state"] = (
+            "kept" if (unchanged or restoring_kept) and entry["snapshot"].get("state") == "kept" else "applied"
+        )
         if entry["state"] == "kept":
             entry["snapshot"] = None
         entry["settings"] = settings

@@ -20,7 +20,14 @@ description:
   - Drift, verify and rollback (the C(drift), C(verify) and C(rollback) entry points of the
     C(stacktune.gpu.stacktune) role) start from this list, so no playbook reads the
     journal's files.
+  - With I(verify=true) it also verifies every layer's settings against the live and
+    persisted state, as M(stacktune.gpu.host_settings) C(state=verify) does for one layer,
+    in the same call (RV(verified)): drift and verify cost one module run per host.
 options:
+  verify:
+    description: Also verify every journaled layer (read-only).
+    type: bool
+    default: false
   journal_dir:
     description: Directory of the on-host journal.
     type: path
@@ -49,11 +56,10 @@ EXAMPLES = r"""
   stacktune.gpu.journal_info:
   register: journaled
 
-- name: Verify each layer
-  stacktune.gpu.host_settings:
-    layer: "{{ item.layer }}"
-    state: verify
-  loop: "{{ journaled.layers }}"
+- name: List and verify every layer in one call
+  stacktune.gpu.journal_info:
+    verify: true
+  register: journaled
 """
 
 RETURN = r"""
@@ -81,12 +87,23 @@ layers:
     updated:
       description: When the journal last recorded an action on the layer (UTC, ISO 8601).
       type: str
+    error:
+      description: Why the layer's record could not be read (its state is then C(unreadable)).
+      type: str
+verified:
+  description:
+    - With I(verify=true), per readable layer what M(stacktune.gpu.host_settings) C(state=verify)
+      returns (C(layer), C(settings), C(drift), C(overridden), C(layer_state), C(notes) ...).
+  returned: when verify is true
+  type: list
+  elements: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import rooted
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import Journal
+from ansible_collections.stacktune.gpu.plugins.module_utils._engine import Engine
+from ansible_collections.stacktune.gpu.plugins.module_utils._journal import open_journal
+from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context
 
 
 def main():
@@ -94,16 +111,33 @@ def main():
         argument_spec=dict(
             journal_dir=dict(type="path", default="/var/lib/stacktune"),
             root=dict(type="path", default="/"),
+            verify=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
     p = module.params
-    directory = rooted(p["root"], p["journal_dir"]) if p["root"] != "/" else p["journal_dir"]
+
+    def run_command(argv):
+        binary = module.get_bin_path(argv[0])
+        if binary is None:
+            return 127, "", "No such file: %s" % argv[0]
+        return module.run_command([binary] + list(argv[1:]))
+
+    journal = open_journal(p["journal_dir"], p["root"])
+    result = {"changed": False}
     try:
-        layers = Journal(directory).summary()
+        result["layers"] = journal.summary()
+        if p["verify"]:
+            result["verified"] = [
+                Engine(
+                    Context(row["layer"], root=p["root"], run_command=run_command), journal, check_mode=True
+                ).verify()
+                for row in result["layers"]
+                if row["state"] != "unreadable"
+            ]
     except (OSError, IOError, ValueError) as exc:
         module.fail_json(msg="Failed to read the journal %s: %s" % (p["journal_dir"], exc))
-    module.exit_json(changed=False, layers=layers)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

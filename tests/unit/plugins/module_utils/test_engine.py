@@ -662,3 +662,18 @@ def test_journal_summary_lists_each_layer_with_what_it_holds(fakeroot):
     assert rows["kernel"]["decision"] == "rollback"
     assert rows["kernel"]["run_id"] == "run1"
     assert rows["kernel"]["updated"].endswith("Z")
+
+
+def test_a_drift_correction_leaves_a_kept_layer_kept(fakeroot, hash_tree):
+    """drift.yml with stacktune_drift_fix re-applies from the journal: the layer stays kept, so the
+    next run does not take it for one a stopped run left unjudged (and put back the drifted state)."""
+    engine(fakeroot, "nccl").apply(FILES[:1], "run1")
+    engine(fakeroot, "nccl").keep("run1", {"decision": "keep"})
+    kept = hash_tree(fakeroot)
+    with open(os.path.join(str(fakeroot), "etc/nccl.conf"), "a") as handle:
+        handle.write("NCCL_DEBUG=INFO\n")
+    fixed = engine(fakeroot, "nccl").apply(None, "drift-1", from_journal=True)
+    assert fixed["changed"] and fixed["layer_state"] == "kept"
+    assert hash_tree(fakeroot) == kept
+    assert not engine(fakeroot, "nccl").recover("tune-2")["changed"]
+    assert hash_tree(fakeroot) == kept
