@@ -113,6 +113,7 @@ class ActionModule(ActionBase):
             }
         tp = res.get("throughput") or {}
         return {
+            "measured_s": sum(res["samples_ms"]) / 1000.0,
             "samples_ms": res["samples_ms"],
             "void": bool(res.get("void")),
             "reason": res.get("void_reason"),
@@ -192,12 +193,15 @@ class ActionModule(ActionBase):
             progress["n"] += 1
             started = time.monotonic()
             out = self._bench(workload, bench, task_vars)
+            out["wall_s"] = time.monotonic() - started
             guard.check()
             what = ""
             if out.get("failed"):
                 what = " (%s: %s)" % ("hung" if out["failure"] == "hang" else "failed", out.get("error"))
             elif out.get("void"):
                 what = " (void: %s)" % out["reason"]
+            else:
+                what = " (steps %.2f s)" % out["measured_s"]
             display.display(
                 "    %s: block %d of at most %d, %s the layer, %s: %.1f s%s"
                 % (

@@ -942,6 +942,26 @@ def _span(dim, value):
     return "%.2f points" % (value * 100.0) if dim == "stalls" else "%.1f%%" % (value * 100.0)
 
 
+def block_cost(cost):
+    """Where the blocks' time went, per workload and in total: blocks, wall seconds (the whole
+    block, start-up included, as the controller saw it), seconds of measured steps, the start-up
+    per block and the share measured. A share is None where no wall time was recorded."""
+    out = {}
+    total = {"blocks": 0, "wall_s": 0.0, "measured_s": 0.0}
+    for w, c in sorted(cost.items()):
+        for key in total:
+            total[key] += c[key]
+        out[w] = c
+    out["total"] = total
+    for c in out.values():
+        c["wall_s"], c["measured_s"] = round(c["wall_s"], 2), round(c["measured_s"], 2)
+        c["measured_share"] = round(c["measured_s"] / c["wall_s"], 3) if c["wall_s"] > 0 else None
+        c["startup_s_per_block"] = (
+            round((c["wall_s"] - c["measured_s"]) / c["blocks"], 2) if c["blocks"] and c["wall_s"] > 0 else None
+        )
+    return out
+
+
 class WorkloadBroken(Exception):
     """The workload fails without the layer as well as with it: nothing can be judged."""
 
@@ -1124,6 +1144,10 @@ class Trial:
             position += 1
             runs[w][arm] += 1
             order.append(arm)
+            spent = cost.setdefault(w, {"blocks": 0, "wall_s": 0.0, "measured_s": 0.0})
+            spent["blocks"] += 1
+            spent["wall_s"] += out.get("wall_s") or 0.0
+            spent["measured_s"] += out.get("measured_s") or 0.0
             if out.get("failed"):
                 fails[w][arm].append({"position": position, "failure": out.get("failure"), "error": out.get("error")})
                 return out
@@ -1140,6 +1164,7 @@ class Trial:
 
         active = list(self.workloads)  # workloads still measured; futile ones stop early
         futile = {}
+        cost = {}  # per workload: blocks, their wall time and the time of their measured steps
         while result is None:
             for arm in self.ORDER:
                 toggles += self._switch(arm == "on")
@@ -1199,6 +1224,14 @@ class Trial:
             )
             result["summary"] = "%s; stopped early: %s" % (result["summary"], words)
         self.data = data
+        result["cost"] = block_cost(cost)
+        share = result["cost"]["total"].get("measured_share")
+        if share is not None:
+            result["summary"] = "%s; steps were %d%% of the blocks' %.0f s" % (
+                result["summary"],
+                round(share * 100.0),
+                result["cost"]["total"]["wall_s"],
+            )
         if any(fails[w]["on"] or fails[w]["off"] for w in self.workloads):
             result["failures"] = fails
         result.update(
@@ -1263,12 +1296,14 @@ def calibrate(workloads, measure, settings, blocks, clock):
     """
     data = {w: [] for w in workloads}
     seconds = dict.fromkeys(workloads, 0.0)
+    measured = dict.fromkeys(workloads, 0.0)
     voids = dict.fromkeys(workloads, 0)
     for _i in range(blocks):
         for w in workloads:
             t0 = clock()
             block = measure(w)
             seconds[w] += clock() - t0
+            measured[w] += sum(block.get("samples_ms") or []) / 1000.0
             if block.get("void"):
                 voids[w] += 1
                 continue
@@ -1278,7 +1313,12 @@ def calibrate(workloads, measure, settings, blocks, clock):
     out = {}
     for w in workloads:
         got = data[w]
-        entry = {"blocks": len(got), "void_blocks": voids[w], "seconds_per_block": _sig(seconds[w] / blocks, 3)}
+        entry = {
+            "blocks": len(got),
+            "void_blocks": voids[w],
+            "seconds_per_block": _sig(seconds[w] / blocks, 3),
+            "measured_seconds_per_block": _sig(measured[w] / blocks, 3),
+        }
         out[w] = entry
         if len(got) < 4:
             entry["error"] = "fewer than 4 usable blocks"
@@ -1376,12 +1416,14 @@ def calibration_table(workloads, settings):
                 % (w if dim == "throughput" else "", dim, level, spread, d["aa_verdict"], now, later)
             )
         lines.append(
-            "%-14s %d blocks (%d void), %.1f s per block; budget %d-%d blocks per arm, %d s per layer"
+            "%-14s %d blocks (%d void), %.1f s per block of which %.2f s measured steps; budget %d-%d blocks per "
+            "arm, %d s per layer"
             % (
                 "",
                 entry["blocks"],
                 entry["void_blocks"],
                 entry["seconds_per_block"],
+                entry.get("measured_seconds_per_block") or 0.0,
                 settings["min_blocks"],
                 settings["max_blocks"],
                 settings["max_seconds"],

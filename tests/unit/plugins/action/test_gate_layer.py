@@ -287,3 +287,13 @@ def test_bad_arguments_are_refused_before_the_host_is_touched(monkeypatch, args,
     with pytest.raises(AnsibleActionFail, match=message):
         action(dict(BASE, **args), host, monkeypatch=monkeypatch).run(task_vars={})
     assert host.calls == []
+
+
+def test_the_decision_says_where_the_blocks_time_went(monkeypatch):
+    host = FakeHost(effect=1.0)
+    res = action(dict(BASE), host, monkeypatch=monkeypatch).run(task_vars={})
+    cost = res["gate"]["cost"]
+    assert cost["total"]["blocks"] == 8 == cost["allreduce"]["blocks"]
+    # 200 steps of about 1 ms per block were measured; the block's wall time is the controller's
+    assert 1.5 < cost["total"]["measured_s"] < 1.7
+    assert cost["total"]["wall_s"] >= 0 and "measured_share" in cost["total"]
