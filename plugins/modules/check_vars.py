@@ -41,7 +41,7 @@ options:
   typos:
     description:
       - Also refuse a variable that no role of the collection declares but that is within two
-        edits of one that does (C(stacktune_layer), C(kernel_sysctls)): misspelled in group_vars,
+        edits of one that does (C(stacktune_layer), C(kernel_sysctls)). Misspelled in group_vars,
         it would be ignored and the run would tune with the defaults. The message names the
         variable meant. Variables of other roles that look nothing like these
         (C(kernel_settings_sysctl)) are never reported; C(stacktune_allow_unknown_vars=true)

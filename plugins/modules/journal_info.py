@@ -22,7 +22,7 @@ description:
     journal's files.
   - With I(verify=true) it also verifies every layer's settings against the live and
     persisted state, as M(stacktune.gpu.host_settings) C(state=verify) does for one layer,
-    in the same call (RV(verified)): drift and verify cost one module run per host.
+    in the same call (RV(verified)); drift and verify cost one module run per host.
 options:
   verify:
     description: Also verify every journaled layer (read-only).

@@ -104,3 +104,25 @@ def _is_string(node):
     if isinstance(node, ast.BinOp):
         return isinstance(node.op, ast.Mod) or _is_string(node.left) or _is_string(node.right)
     return False
+
+
+def test_every_module_documentation_is_yaml():
+    """DOCUMENTATION, EXAMPLES and RETURN of every module parse (a ': ' in a plain line breaks
+    ansible-doc; ansible-test's sanity run finds it too, but much later)."""
+    modules = os.path.join(REPO, "plugins", "modules")
+    for name in sorted(os.listdir(modules)):
+        if not name.endswith(".py"):
+            continue
+        with open(os.path.join(modules, name)) as handle:
+            tree = ast.parse(handle.read())
+        found = {}
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+                if node.targets[0].id in ("DOCUMENTATION", "EXAMPLES", "RETURN"):
+                    found[node.targets[0].id] = node.value.value
+        assert sorted(found) == ["DOCUMENTATION", "EXAMPLES", "RETURN"], name
+        for key, text in found.items():
+            try:
+                yaml.safe_load(text)
+            except yaml.YAMLError as exc:
+                raise AssertionError("%s %s: %s" % (name, key, exc)) from None
