@@ -117,9 +117,9 @@ def test_every_module_documentation_is_yaml():
             tree = ast.parse(handle.read())
         found = {}
         for node in tree.body:
-            if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
-                if node.targets[0].id in ("DOCUMENTATION", "EXAMPLES", "RETURN"):
-                    found[node.targets[0].id] = node.value.value
+            named = isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+            if named and node.targets[0].id in ("DOCUMENTATION", "EXAMPLES", "RETURN"):
+                found[node.targets[0].id] = node.value.value
         assert sorted(found) == ["DOCUMENTATION", "EXAMPLES", "RETURN"], name
         for key, text in found.items():
             try:
