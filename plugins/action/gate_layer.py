@@ -36,6 +36,8 @@ from ansible_collections.stacktune.gpu.plugins.plugin_utils._interrupt import Gu
 display = Display()
 
 BENCH_KEYS = ("command", "python", "size", "steps", "warmup", "timeout", "device", "workers", "env")
+# options of the measurement that are the gate's, not the bench module's
+GATE_BENCH_KEYS = ("runner",)
 # How a block that did not run to its end failed; these are measurements of the layer
 # (the bench module's ``failure``), anything else is an error of the run.
 WORKLOAD_FAILURES = ("exit", "hang", "error", "output")
@@ -89,10 +91,47 @@ class ActionModule(ActionBase):
         args.update(extra)
         return self._module("stacktune.gpu.host_settings", args, task_vars)
 
+    def _start_runner(self, workloads, bench, task_vars):
+        """A warm parent for the built-in workloads' blocks (the bench module's runner), or None."""
+        if not bench.get("runner", True) or all(w == "command" for w in workloads):
+            return None
+        args = {"runner_state": "started", "workload": workloads[0]}
+        if bench.get("python"):
+            args["python"] = bench["python"]
+        if self._task.args.get("run_id"):
+            args["run_id"] = self._task.args["run_id"]
+        try:
+            res = self._module("stacktune.gpu.bench", args, task_vars)
+        except LeaseLost:
+            raise
+        except ModuleFailed as exc:
+            display.warning("blocks start fresh interpreters: %s" % exc)
+            return None
+        display.display(
+            "    %s: block runner ready in %.1f s"
+            % (self._task.args.get("layer") or "calibrate", res["runner_start_s"])
+        )
+        return res["runner_socket"]
+
+    def _stop_runner(self, task_vars):
+        if getattr(self, "_runner", None):
+            args = {"runner_state": "stopped", "runner_socket": self._runner}
+            self._execute_module(module_name="stacktune.gpu.bench", module_args=args, task_vars=task_vars)
+            self._runner = None
+
+    def _stop_runner_quietly(self, task_vars):
+        """On the way out of an error: a runner that cannot be reached ends by itself (idle, lease)."""
+        try:
+            self._stop_runner(task_vars)
+        except Exception:  # noqa: BLE001 - the error being reported matters more
+            self._runner = None
+
     def _bench(self, workload, bench, task_vars):
         args = {"workload": workload}
         if self._task.args.get("run_id"):
             args["run_id"] = self._task.args["run_id"]
+        if getattr(self, "_runner", None) and workload != "command":
+            args["runner_socket"] = self._runner
         for key in BENCH_KEYS:
             if bench.get(key) is not None and not (key == "command" and workload != "command"):
                 args[key] = bench[key]
@@ -133,7 +172,7 @@ class ActionModule(ActionBase):
         bench = a.get("bench") or {}
         if not isinstance(bench, dict):
             raise AnsibleActionFail("bench must be a dict of bench module options")
-        unknown = sorted(set(bench) - set(BENCH_KEYS))
+        unknown = sorted(set(bench) - set(BENCH_KEYS) - set(GATE_BENCH_KEYS))
         if unknown:
             raise AnsibleActionFail("bench: unknown option(s) %s" % ", ".join(unknown))
         candidates = a.get("workloads") or []
@@ -219,7 +258,9 @@ class ActionModule(ActionBase):
         trial = Trial(workloads, set_layer, measure, policy, settings, time.monotonic)
         with guard:
             try:
+                self._runner = self._start_runner(workloads, bench, task_vars)
                 decision = trial.run()
+                self._stop_runner(task_vars)
                 decision["measurable"] = True
                 decision["workloads_measured"] = workloads
                 with guard.critical():
@@ -230,12 +271,14 @@ class ActionModule(ActionBase):
             except Interrupted as exc:
                 self._interrupted(exc, state, task_vars, guard.parent)
             except WorkloadBroken as exc:
+                self._stop_runner_quietly(task_vars)
                 note = self._put_back(task_vars, "not judged: %s" % exc)
                 raise AnsibleActionFail(
                     "Stopped on layer %s: %s. %s. Fix the workload (stacktune_bench_workload and its settings) "
                     "and run again" % (a["layer"], exc, note)
                 ) from None
             except AnsibleActionFail as exc:
+                self._stop_runner_quietly(task_vars)
                 note = self._put_back(task_vars, "not judged: %s" % exc)
                 raise AnsibleActionFail("Failed to measure layer %s: %s; %s" % (a["layer"], exc, note)) from None
         result.update(changed=True, gate=decision, samples=trial.samples(decision.get("workload", workloads[0])))
@@ -312,6 +355,10 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(
                 "blocks must be an integer of at least 4, got %r" % (self._task.args.get("blocks"),)
             )
-        out = calibrate(workloads, lambda w: self._bench(w, bench, task_vars), settings, blocks, time.monotonic)
+        self._runner = self._start_runner(workloads, bench, task_vars)
+        try:
+            out = calibrate(workloads, lambda w: self._bench(w, bench, task_vars), settings, blocks, time.monotonic)
+        finally:
+            self._stop_runner(task_vars)
         result.update(changed=False, calibration=out)
         return result

@@ -1178,6 +1178,126 @@ def run(cfg):
     return out
 
 
+# ---------------------------------------------------------------------------------------
+# The block runner: a warm parent that forks one fresh process per block.
+#
+# Started once per layer measurement (bench ``runner_state=started``), it imports what the
+# workloads import (torch, without initialising CUDA) and then waits on a private unix socket.
+# Each block it is asked for runs in a child forked for it: a process of its own (its own
+# session, CUDA context, NCCL initialisation, its own reading of /etc/nccl.conf, limits and
+# /dev/shm), so a block stays the unit of noise; only the interpreter's start and the imports
+# are paid once. It ends when asked, when it is idle for ``idle_s``, when its folder is
+# removed, or as soon as its run no longer holds the host's lease.
+
+
+def _lease_holder(lock_path):
+    try:
+        with open(lock_path) as handle:
+            data = json.load(handle)
+    except (IOError, OSError, ValueError):
+        return None
+    holder = data.get("holder") if isinstance(data, dict) and "holder" in data else data
+    if not isinstance(holder, dict) or float(holder.get("expires_ts", 0)) <= time.time():
+        return None
+    return holder.get("run_id")
+
+
+def _run_child(request, folder, number, listener, conn):
+    """In the forked child: one block, its result document to a file, then exit."""
+    listener.close()
+    conn.close()
+    os.setsid()
+    die_with_parent()
+    os.environ.update({str(k): str(v) for k, v in (request.get("env") or {}).items()})
+    out = os.open(os.path.join(folder, "out-%d" % number), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    err = os.open(os.path.join(folder, "err-%d" % number), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    code = 1
+    try:
+        code = main(["runner", json.dumps(request["args"])])
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _serve_one(listener, conn, folder, number):
+    """Read one request, fork its block, wait for it (or for a kill), answer with its files."""
+    conn.settimeout(30)
+    raw = b""
+    while not raw.endswith(b"\n"):
+        chunk = conn.recv(65536)
+        if not chunk:
+            return False
+        raw += chunk
+    request = json.loads(raw.decode("utf-8"))
+    if request.get("stop"):
+        conn.sendall(b'{"stopped": true}\n')
+        return True
+    pid = os.fork()
+    if pid == 0:
+        _run_child(request, folder, number, listener, conn)
+    conn.setblocking(False)
+    rc = None
+    while rc is None:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            rc = os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status >> 8
+            break
+        try:
+            said = conn.recv(64)
+        except (BlockingIOError, InterruptedError):
+            said = None
+        except OSError:
+            said = b""
+        if said is not None:  # "kill" or the client gone (timeout, lost lease, killed module)
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            rc = -signal.SIGKILL
+            break
+        time.sleep(0.05)
+    conn.setblocking(True)
+    answer = {"rc": rc, "out": os.path.join(folder, "out-%d" % number), "err": os.path.join(folder, "err-%d" % number)}
+    with contextlib.suppress(OSError):
+        conn.sendall((json.dumps(answer) + "\n").encode("utf-8"))
+    return False
+
+
+def serve(cfg):
+    """The block runner's loop (see above). ``cfg``: socket, run_id, lock_path, idle_s, preload."""
+    folder = os.path.dirname(cfg["socket"])
+    for module in cfg.get("preload") or ():
+        with contextlib.suppress(Exception):
+            __import__(module)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(cfg["socket"] + ".tmp")
+    os.chmod(cfg["socket"] + ".tmp", 0o600)
+    listener.listen(4)
+    os.rename(cfg["socket"] + ".tmp", cfg["socket"])  # there only once it answers
+    listener.settimeout(1.0)
+    last, number = time.time(), 0
+    try:
+        while True:
+            if cfg.get("run_id") and _lease_holder(cfg["lock_path"]) != cfg["run_id"]:
+                return 0
+            if time.time() - last > float(cfg.get("idle_s", 900)) or not os.path.exists(cfg["socket"]):
+                return 0
+            try:
+                conn, _addr = listener.accept()
+            except socket.timeout:
+                continue
+            number += 1
+            with conn:
+                if _serve_one(listener, conn, folder, number):
+                    return 0
+            last = time.time()
+    finally:
+        listener.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def main(argv):
     # Keep stdout for the one result document: anything a library prints goes to stderr.
     result_stream = os.fdopen(os.dup(1), "w")
@@ -1186,7 +1306,10 @@ def main(argv):
     try:
         if len(argv) != 2:
             raise WorkloadError("usage: %s '<json arguments>'" % argv[0])
-        result = run(json.loads(argv[1]))
+        cfg = json.loads(argv[1])
+        if "serve" in cfg:
+            return serve(cfg["serve"])
+        result = run(cfg)
     except WorkloadError as exc:
         result, code = {"error": str(exc)}, 2
     except Exception as exc:  # noqa: BLE001 - reported as data, the module turns it into fail_json

@@ -129,6 +129,24 @@ options:
         measurement changes nothing but costs time. Set V(true) to measure in check mode too.
     type: bool
     default: false
+  runner_state:
+    description:
+      - V(started) starts a block runner on the host for O(python) and returns RV(runner_socket),
+        a warm parent that has started the interpreter and imported PyTorch (without initialising
+        CUDA) and forks one fresh process per block it is asked for. Each block keeps its own
+        process, CUDA context and NCCL initialisation and reads the host's settings anew, so it
+        is still a block; only the interpreter's start and the imports are paid once.
+      - V(stopped) stops the runner at O(runner_socket).
+      - The runner also ends when it has been idle for 15 minutes and, with O(run_id), as soon as
+        that run no longer holds the host.
+    type: str
+    choices: [started, stopped]
+  runner_socket:
+    description:
+      - Run this built-in block in the runner at this socket (from O(runner_state=started))
+        instead of a fresh interpreter. Not used with O(workload=command), which always runs
+        the user's program as it is.
+    type: path
   run_id:
     description:
       - The stacktune run this block belongs to. The block then starts only while that run
@@ -273,6 +291,14 @@ failure:
   returned: failure
   type: str
   sample: exit
+runner_socket:
+  description: With O(runner_state=started), the socket of the runner for the next blocks.
+  returned: when a runner was started
+  type: str
+runner_start_s:
+  description: With O(runner_state=started), seconds until the runner answered (interpreter start and imports).
+  returned: when a runner was started
+  type: float
 error_line:
   description: The workload's own last words on failure (the last line of its error output), when there are any.
   returned: failure
@@ -285,13 +311,21 @@ skipped:
   sample: true
 """
 
+import contextlib
+import json
 import os
+import select
+import shutil
 import signal
+import socket
+import subprocess
 import sys
+import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.stacktune.gpu.plugins.module_utils import _workloads
+from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import read_text
 from ansible_collections.stacktune.gpu.plugins.module_utils._journal import HostLocked, lease_ticker
 from ansible_collections.stacktune.gpu.plugins.module_utils._bench import (
     COMMAND_FORMAT,
@@ -322,7 +356,11 @@ ARGUMENT_SPEC = dict(
     env=dict(type="dict", default={}),
     run_in_check_mode=dict(type="bool", default=False),
     run_id=dict(type="str"),
+    runner_state=dict(type="str", choices=["started", "stopped"]),
+    runner_socket=dict(type="path"),
 )
+RUNNER_START_TIMEOUT_S = 180
+RUNNER_IDLE_S = 900
 # How often a running block checks that its run still holds the host (it renews the lease,
 # which is minutes long, every 20 s of those checks).
 LEASE_TICK_S = 1.0
@@ -392,19 +430,142 @@ def exit_words(rc):
     return "exit status %s" % rc
 
 
+def runner_folder():
+    """A private folder (0700) for a runner's socket, program and block outputs."""
+    base = "/run" if os.access("/run", os.W_OK) else None
+    folder = tempfile.mkdtemp(prefix="stacktune-runner-", dir=base)
+    os.chmod(folder, 0o700)
+    return folder
+
+
+def start_runner(params):
+    """Start a block runner for ``python`` and wait until it answers; return the module result."""
+    python = params["python"] or sys.executable
+    folder = runner_folder()
+    program = os.path.join(folder, PROGRAM_NAME)
+    fd = os.open(program, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(workload_source())
+    sock = os.path.join(folder, "runner.sock")
+    cfg = {
+        "serve": {
+            "socket": sock,
+            "run_id": params["run_id"],
+            "lock_path": "/var/lib/stacktune/run.lock",
+            "idle_s": RUNNER_IDLE_S,
+            "preload": ["torch"],
+        }
+    }
+    log = open(os.path.join(folder, "runner.log"), "wb")  # noqa: SIM115 - the runner keeps it
+    started = time.time()
+    try:
+        proc = subprocess.Popen(
+            [python, program, json.dumps(cfg)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=folder,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except OSError as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise BenchFailure("Failed to start the block runner with %s: %s" % (python, exc), failure="start") from None
+    finally:
+        log.close()
+    while not os.path.exists(sock):
+        if proc.poll() is not None or time.time() - started > RUNNER_START_TIMEOUT_S:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            text = read_text(os.path.join(folder, "runner.log")) or ""
+            shutil.rmtree(folder, ignore_errors=True)
+            raise BenchFailure(
+                "Failed to start the block runner with %s: %s" % (python, last_line(text) or "it did not answer"),
+                failure="start",
+            )
+        time.sleep(0.05)
+    return {
+        "changed": False,
+        "runner_socket": sock,
+        "runner_start_s": round(time.time() - started, 2),
+        "workload": params["workload"],
+    }
+
+
+def stop_runner(sock):
+    """Ask the runner at ``sock`` to end (it removes its folder); a runner already gone is fine."""
+    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(10)
+        conn.connect(sock)
+        conn.sendall(b'{"stop": true}\n')
+        conn.recv(64)
+    return {"changed": False, "runner_socket": sock, "stopped": True}
+
+
+def run_in_runner(params, args, env, renew):
+    """One block in the runner: ``(rc, stdout, stderr)`` as a fresh process would give them."""
+    sock, timeout = params["runner_socket"], params["timeout"]
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(sock)
+    except OSError as exc:
+        conn.close()
+        raise BenchFailure("Failed to reach the block runner at %s: %s" % (sock, exc), failure="start") from None
+    with conn:
+        conn.sendall((json.dumps({"args": args, "env": env}) + "\n").encode("utf-8"))
+        deadline, answer, killed = time.monotonic() + timeout, b"", False
+        while not answer.endswith(b"\n"):
+            ready, _w, _x = select.select([conn], [], [], LEASE_TICK_S)
+            if ready:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    raise BenchFailure("Failed to run a block: the block runner at %s ended" % sock, failure="start")
+                answer += chunk
+                continue
+            if renew is not None:
+                renew()  # HostLocked: leaving closes the socket, and the runner kills the block
+            if time.monotonic() > deadline and not killed:
+                conn.sendall(b"kill\n")
+                killed = True
+    done = json.loads(answer.decode("utf-8"))
+    out = read_text(done["out"]) or ""
+    err = read_text(done["err"]) or ""
+    for path in (done["out"], done["err"]):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    if killed:
+        raise BenchFailure(
+            "Failed to run workload %s: still running after timeout=%d s, killed it and its children"
+            % (params["workload"], timeout),
+            failure="hang",
+            error_line="still running after %d s" % timeout,
+            stderr_tail=tail(err),
+        )
+    return done["rc"], out, err
+
+
 def run_builtin(params):
     """Measure a built-in workload in the ``python`` interpreter; return the module result."""
     python = params["python"] or sys.executable
     requested = params["workload"]
     env = dict(os.environ)
     env.update(params["env"])
-    with _workloads.private_program(workload_source(), "stacktune-bench-", PROGRAM_NAME) as (tmpdir, path):
-        argv = [python, path, program_args(params, requested)]
-        started = time.time()
-        rc, out, err = run_process(
-            "workload %s" % requested, argv, env, params["timeout"], cwd=tmpdir, run_id=params["run_id"]
-        )
-        elapsed = time.time() - started
+    started = time.time()
+    if params.get("runner_socket"):
+        renew = lease_ticker(params["run_id"]) if params["run_id"] else None
+        try:
+            if renew is not None:
+                renew()
+            rc, out, err = run_in_runner(params, json.loads(program_args(params, requested)), params["env"], renew)
+        except HostLocked as exc:
+            raise BenchFailure("Failed to measure a block: %s" % exc, failure="lease_lost", lease_lost=True) from None
+    else:
+        with _workloads.private_program(workload_source(), "stacktune-bench-", PROGRAM_NAME) as (tmpdir, path):
+            argv = [python, path, program_args(params, requested)]
+            rc, out, err = run_process(
+                "workload %s" % requested, argv, env, params["timeout"], cwd=tmpdir, run_id=params["run_id"]
+            )
+    elapsed = time.time() - started
     try:
         doc = parse_program_output(out)
     except ValueError as exc:
@@ -491,6 +652,10 @@ def measure(params):
         params = validate_options(params)
     except ValueError as exc:
         raise BenchFailure("Failed to validate bench options: %s" % exc, failure="options") from None
+    if params.get("runner_state") == "started":
+        return start_runner(params)
+    if params.get("runner_state") == "stopped":
+        return stop_runner(params["runner_socket"])
     if params["workload"] == "command":
         return run_user_command(params)
     return run_builtin(params)

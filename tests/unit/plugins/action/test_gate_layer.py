@@ -46,6 +46,9 @@ class FakeHost:
         return [a["state"] for name, a in self.calls if name == "host_settings"]
 
     def execute(self, module_name, module_args, task_vars):
+        if module_args.get("runner_state"):  # the warm parent of the blocks: started, then stopped
+            self.runner_calls = getattr(self, "runner_calls", []) + [module_args["runner_state"]]
+            return {"runner_socket": "/run/stacktune-runner-x/runner.sock", "runner_start_s": 0.1}
         self.calls.append((module_name.rsplit(".", 1)[1], dict(module_args)))
         if module_name.endswith("host_settings"):
             state = module_args["state"]
@@ -292,6 +295,9 @@ def test_bad_arguments_are_refused_before_the_host_is_touched(monkeypatch, args,
 def test_the_decision_says_where_the_blocks_time_went(monkeypatch):
     host = FakeHost(effect=1.0)
     res = action(dict(BASE), host, monkeypatch=monkeypatch).run(task_vars={})
+    # the blocks ran in one warm parent, started before the first and stopped after the last
+    assert host.runner_calls == ["started", "stopped"]
+    assert all(a["runner_socket"] == "/run/stacktune-runner-x/runner.sock" for n, a in host.calls if n == "bench")
     cost = res["gate"]["cost"]
     assert cost["total"]["blocks"] == 8 == cost["allreduce"]["blocks"]
     # 200 steps of about 1 ms per block were measured; the block's wall time is the controller's
