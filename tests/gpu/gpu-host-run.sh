@@ -12,7 +12,7 @@ RUN_DIR="${RUN_DIR:-/tmp/stacktune-gpu-run}"
 mkdir -p "$RUN_DIR"
 log="$RUN_DIR/gpu-host-run.log"
 exec > >(tee -a "$log") 2>&1
-steps="${*:-capture pytest facts bench tune acceptance}"  # also: safety failures signals gate-a gate-b calibrate nccl acceptance-depth
+steps="${*:-capture pytest facts bench tune acceptance}"  # also: safety failures signals cost gate-a gate-b calibrate nccl acceptance-depth
 py="${PYTHON:-python3}"
 if [ -d .whl ] && ! "$py" -c 'import ansible' 2>/dev/null; then
   "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -175,6 +175,25 @@ print("lock:", json.load(open("/var/lib/stacktune/run.lock"))["holder"])'
       run ap playbooks/rollback.yml
       echo "state hash after the last rollback: $(state_hash final)"
       diff "$RUN_DIR/state-before.txt" "$RUN_DIR/state-final.txt" && echo "ROLLBACK EXACT: state after rollback == before tune"
+      ;;
+    cost)
+      # What a block costs: a fresh interpreter against the block runner, per workload; then the
+      # gate on GEMM blocks both ways; then a default tune (all layers but driver) with the runner
+      run env PYTHONPATH="collections:${PYTHONPATH:-}" "$py" benchmarks/block_cost.py --python "${TORCH_PYTHON:-python3}" \
+        --workloads gemm,h2d_pinned,train_step,dataloader --blocks 3 --size 4096 --json "$RUN_DIR/block-cost.json"
+      for runner in false true; do
+        t0=$(date +%s)
+        run ap tune.yml -e stacktune_run_id="gemm-runner-$runner" -e stacktune_report_dir="$RUN_DIR/reports" -e '{
+          "stacktune_layers": ["kernel"], "stacktune_gate_workloads": {"kernel": ["gemm"], "default": ["gemm"]},
+          "stacktune_bench_size": 4096, "stacktune_bench_runner": '"$runner"'}'
+        echo "kernel layer gated on gemm, runner $runner: $(( $(date +%s) - t0 )) s"
+        run ap playbooks/rollback.yml
+      done
+      t0=$(date +%s)
+      run ap tune.yml -e stacktune_run_id=default-runner -e stacktune_report_dir="$RUN_DIR/reports" -e "$TUNE_VARS"
+      echo "default tune.yml (all layers but driver) with the block runner: $(( $(date +%s) - t0 )) s"
+      run ap playbooks/rollback.yml
+      echo "state hash after rollback: $(state_hash after)"
       ;;
     acceptance-depth)
       # bandwidth against the link, memory health, sustained load, and injected faults

@@ -1,0 +1,101 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""What one measured block costs: a fresh interpreter per block against the block runner.
+
+For each workload, blocks alternate between the two ways (fresh, runner, runner, fresh ...)
+through the bench module's own code path (``bench.measure``), and the table gives per way the
+wall seconds of a block, the seconds of its measured steps, their share, and the block's
+median step (which must not depend on the way it was started). Run from the repository root:
+
+    python3 benchmarks/block_cost.py --python /opt/torch/.venv/bin/python3 [--blocks 4]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(REPO, "collections"))
+
+WORKLOADS = ("gemm", "h2d_pinned", "train_step", "dataloader")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--python", default=sys.executable, help="interpreter of the workloads (with PyTorch for GPU ones)"
+    )
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated")
+    parser.add_argument("--blocks", type=int, default=4, help="blocks per way and workload")
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--size", type=int, help="workload size (default: each workload's)")
+    parser.add_argument("--json", help="also write every block's numbers to this file")
+    args = parser.parse_args(argv)
+    from ansible_collections.stacktune.gpu.plugins.modules import bench
+
+    base = bench.default_params(python=args.python, steps=args.steps, warmup=args.warmup, size=args.size)
+    started = time.time()
+    runner = bench.measure(dict(base, runner_state="started"))
+    print(
+        "block runner ready in %.2f s (interpreter start and imports, paid once per layer)" % runner["runner_start_s"]
+    )
+    rows, raw = [], {}
+    try:
+        for workload in args.workloads.split(","):
+            ways = {"fresh": [], "runner": []}
+            for i in range(2 * args.blocks):
+                way = ("fresh", "runner", "runner", "fresh")[i % 4]
+                params = dict(base, workload=workload)
+                if way == "runner":
+                    params["runner_socket"] = runner["runner_socket"]
+                t0 = time.time()
+                res = bench.measure(params)
+                ways[way].append(
+                    {
+                        "wall_s": time.time() - t0,
+                        "measured_s": sum(res["samples_ms"]) / 1000.0,
+                        "p50_ms": res["summary"]["p50_ms"],
+                        "throughput": res["throughput"]["value"],
+                    }
+                )
+            raw[workload] = ways
+            for way, blocks in ways.items():
+                wall = statistics.median(b["wall_s"] for b in blocks)
+                measured = statistics.median(b["measured_s"] for b in blocks)
+                rows.append(
+                    (
+                        workload,
+                        way,
+                        len(blocks),
+                        wall,
+                        measured,
+                        measured / wall,
+                        statistics.median(b["p50_ms"] for b in blocks),
+                        min(b["p50_ms"] for b in blocks),
+                        max(b["p50_ms"] for b in blocks),
+                    )
+                )
+    finally:
+        bench.measure(dict(base, runner_state="stopped", runner_socket=runner["runner_socket"]))
+    print("| workload | way | blocks | wall s per block (median) | measured s | measured share | p50 ms (min-max) |")
+    print("|---|---|---|---|---|---|---|")
+    for workload, way, n, wall, measured, share, p50, lo, hi in rows:
+        print(
+            "| %s | %s | %d | %.2f | %.2f | %d%% | %.4g (%.4g-%.4g) |"
+            % (workload, way, n, wall, measured, round(100 * share), p50, lo, hi)
+        )
+    print("total %.0f s" % (time.time() - started))
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(raw, handle, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
