@@ -12,7 +12,7 @@ RUN_DIR="${RUN_DIR:-/tmp/stacktune-gpu-run}"
 mkdir -p "$RUN_DIR"
 log="$RUN_DIR/gpu-host-run.log"
 exec > >(tee -a "$log") 2>&1
-steps="${*:-capture pytest facts bench tune acceptance}"  # also: safety failures signals cost gate-a gate-b calibrate nccl acceptance-depth
+steps="${*:-capture pytest facts bench tune acceptance}"  # also: safety failures signals cost cost-default gate-a gate-b calibrate nccl acceptance-depth
 py="${PYTHON:-python3}"
 if [ -d .whl ] && ! "$py" -c 'import ansible' 2>/dev/null; then
   "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -189,11 +189,15 @@ print("lock:", json.load(open("/var/lib/stacktune/run.lock"))["holder"])'
         echo "kernel layer gated on gemm, runner $runner: $(( $(date +%s) - t0 )) s"
         run ap playbooks/rollback.yml
       done
+      ;;
+    cost-default)
+      echo "state hash before: $(state_hash before)"
       t0=$(date +%s)
       run ap tune.yml -e stacktune_run_id=default-runner -e stacktune_report_dir="$RUN_DIR/reports" -e "$TUNE_VARS"
       echo "default tune.yml (all layers but driver) with the block runner: $(( $(date +%s) - t0 )) s"
       run ap playbooks/rollback.yml
       echo "state hash after rollback: $(state_hash after)"
+      diff "$RUN_DIR/state-before.txt" "$RUN_DIR/state-after.txt" && echo "ROLLBACK EXACT: state after rollback == before tune"
       ;;
     acceptance-depth)
       # bandwidth against the link, memory health, sustained load, and injected faults
