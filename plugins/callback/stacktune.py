@@ -24,6 +24,10 @@ description:
   - Selected by the repository's C(ansible.cfg); C(ANSIBLE_STDOUT_CALLBACK=default) brings
     back Ansible's default output. Works unchanged in AWX/AAP job output.
   - With C(-v) or more, every task is printed as the default callback prints it.
+  - "On SIGINT (Ctrl-C, an AWX cancel), SIGTERM (a timeout, a scheduler) or SIGHUP it passes
+    the signal to Ansible's workers, waits (two minutes at most) for the gate to put the layer
+    it measures back to its snapshot and free the host, prints per host what it was left in
+    and the one command that undoes the rest, and then stops as Ansible does."
 requirements:
   - Set as the stdout callback (C(stdout_callback = stacktune.gpu.stacktune) in ansible.cfg).
 extends_documentation_fragment:
