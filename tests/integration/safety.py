@@ -709,6 +709,9 @@ class Driver(object):
         check(len(plan) == 1 and len(outcome) == 1, "runner events hold no plan or outcome: %s %s" % (plan, outcome))
         planned = {line.split(":")[0]: line for line in plan[0] if not line.startswith(" ")}
         told = {line.split(":")[0]: line for line in outcome[0]}
+        # the outcome's last line names the report, for runs with Ansible's own output too
+        where = told.pop("report", "")
+        check(where.endswith("/%s/%s.md" % (run["name"], REF)), "the outcome does not name the report: %s" % outcome[0])
         check(sorted(planned) == sorted(LAYERS), "the plan event does not list every layer: %s" % plan[0])
         check(sorted(told) == sorted(LAYERS), "the outcome event does not give every layer: %s" % outcome[0])
         # the structured plan says the same as the report and the text output of the same check
