@@ -447,6 +447,21 @@ def run_process(argv, env, timeout, cpus=None, cwd=None, tick=None, tick_every=3
     return proc.returncode, _decode(out), _decode(err), timed_out
 
 
+def start_detached(argv, cwd, log_path):
+    """Start a program that outlives its caller (the block runner): its own session, no
+    standard input, its output to ``log_path``. Returns the Popen object."""
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            start_new_session=True,
+            close_fds=True,
+        )
+
+
 def _decode(data):
     return (data or b"").decode("utf-8", "replace")
 

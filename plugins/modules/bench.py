@@ -318,7 +318,6 @@ import select
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -456,23 +455,12 @@ def start_runner(params):
             "preload": ["torch"],
         }
     }
-    log = open(os.path.join(folder, "runner.log"), "wb")  # noqa: SIM115 - the runner keeps it
     started = time.time()
     try:
-        proc = subprocess.Popen(
-            [python, program, json.dumps(cfg)],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=folder,
-            start_new_session=True,
-            close_fds=True,
-        )
+        proc = _workloads.start_detached([python, program, json.dumps(cfg)], folder, os.path.join(folder, "runner.log"))
     except OSError as exc:
         shutil.rmtree(folder, ignore_errors=True)
         raise BenchFailure("Failed to start the block runner with %s: %s" % (python, exc), failure="start") from None
-    finally:
-        log.close()
     while not os.path.exists(sock):
         if proc.poll() is not None or time.time() - started > RUNNER_START_TIMEOUT_S:
             with contextlib.suppress(OSError):

@@ -1,0 +1,80 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The block runner with the CPU workloads (real processes, no GPU needed): blocks forked from
+the warm parent give the same result as fresh ones, a hang is killed, and the runner ends when
+asked or as soon as its run no longer holds the host."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import sys
+import time
+
+import pytest
+
+from ansible_collections.stacktune.gpu.plugins.modules import bench
+
+
+def params(**extra):
+    given = dict({"workload": "cpu_train_step", "steps": 30, "warmup": 3, "python": sys.executable}, **extra)
+    return bench.default_params(**given)
+
+
+@pytest.fixture
+def runner():
+    started = bench.measure(params(runner_state="started"))
+    yield started
+    bench.measure(params(runner_state="stopped", runner_socket=started["runner_socket"]))
+
+
+def test_a_block_in_the_runner_is_a_block_of_its_own(runner):
+    fresh = bench.measure(params())
+    warm = bench.measure(params(runner_socket=runner["runner_socket"]))
+    assert warm["workload"] == fresh["workload"] == "cpu_train_step"
+    assert len(warm["samples_ms"]) == len(fresh["samples_ms"]) == 30
+    assert set(warm) == set(fresh)
+    other = bench.measure(params(workload="shm_pingpong", runner_socket=runner["runner_socket"]))
+    assert other["workload"] == "shm_pingpong"
+
+
+def test_a_hang_in_the_runner_is_killed(runner):
+    with pytest.raises(bench.BenchFailure) as exc:
+        bench.measure(params(steps=10**7, timeout=1, runner_socket=runner["runner_socket"]))
+    assert exc.value.extra["failure"] == "hang"
+    # the runner still answers afterwards
+    assert bench.measure(params(runner_socket=runner["runner_socket"]))["workload"] == "cpu_train_step"
+
+
+def test_stopping_the_runner_removes_its_folder(runner):
+    folder = os.path.dirname(runner["runner_socket"])
+    bench.measure(params(runner_state="stopped", runner_socket=runner["runner_socket"]))
+    deadline = time.time() + 5
+    while os.path.exists(folder) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(folder)
+
+
+def test_the_runner_ends_when_its_run_loses_the_host(tmp_path, monkeypatch):
+    from ansible_collections.stacktune.gpu.plugins.module_utils import _workloads
+
+    lock = tmp_path / "run.lock"
+    lock.write_text(json.dumps({"holder": {"run_id": "r1", "expires_ts": time.time() + 600}, "past": []}))
+    sock = os.path.join(bench.runner_folder(), "runner.sock")
+    cfg = {"serve": {"socket": sock, "run_id": "r1", "lock_path": str(lock), "idle_s": 60, "preload": []}}
+    with open(_workloads.__file__) as handle:
+        program = os.path.join(os.path.dirname(sock), "p.py")
+        with open(program, "w") as out:
+            out.write(handle.read())
+    proc = _workloads.start_detached([sys.executable, program, json.dumps(cfg)], str(tmp_path), str(tmp_path / "log"))
+    deadline = time.time() + 10
+    while not os.path.exists(sock) and time.time() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None
+    lock.write_text(json.dumps({"holder": None, "past": [{"run_id": "r1", "ended": "released"}]}))
+    proc.wait(10)
+    assert not os.path.exists(os.path.dirname(sock))
