@@ -36,6 +36,19 @@ class Unsupported(Exception):
     """The setting (or its live part) cannot be handled on this host; the message says why."""
 
 
+def command_runner(module):
+    """The ``run_command`` a Context needs, from an AnsibleModule: argv lists only, the program
+    looked up on the host's PATH (exit 127 with a message when it is not there)."""
+
+    def run_command(argv):
+        binary = module.get_bin_path(argv[0])
+        if binary is None:
+            return 127, "", "No such file: %s" % argv[0]
+        return module.run_command([binary] + list(argv[1:]))
+
+    return run_command
+
+
 class Context(object):
     """What a kind needs to know about the run: root, layer, command runner, NVML session.
 

@@ -265,7 +265,12 @@ from ansible_collections.stacktune.gpu.plugins.module_utils._journal import (
     check_layer_name,
     open_journal,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context, SpecError, Unsupported
+from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
+    Context,
+    SpecError,
+    Unsupported,
+    command_runner,
+)
 
 
 def main():
@@ -297,11 +302,7 @@ def main():
     except ValueError as exc:
         module.fail_json(msg="Failed to validate layer: %s" % exc)
 
-    def run_command(argv):
-        binary = module.get_bin_path(argv[0])
-        if binary is None:
-            return 127, "", "No such file: %s" % argv[0]
-        return module.run_command([binary] + list(argv[1:]))
+    run_command = command_runner(module)
 
     ctx = Context(p["layer"], root=p["root"], run_command=run_command)
     journal = open_journal(p["journal_dir"], p["root"])

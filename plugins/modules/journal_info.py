@@ -103,7 +103,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.stacktune.gpu.plugins.module_utils._engine import Engine
 from ansible_collections.stacktune.gpu.plugins.module_utils._journal import open_journal
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context
+from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context, command_runner
 
 
 def main():
@@ -117,11 +117,7 @@ def main():
     )
     p = module.params
 
-    def run_command(argv):
-        binary = module.get_bin_path(argv[0])
-        if binary is None:
-            return 127, "", "No such file: %s" % argv[0]
-        return module.run_command([binary] + list(argv[1:]))
+    run_command = command_runner(module)
 
     journal = open_journal(p["journal_dir"], p["root"])
     result = {"changed": False}

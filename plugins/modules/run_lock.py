@@ -161,7 +161,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils._journal import (
     RunLock,
     open_journal,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context, SpecError
+from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context, SpecError, command_runner
 
 
 def main():
@@ -186,11 +186,7 @@ def main():
     if p["ttl"] < 1 or p["wait"] < 0:
         module.fail_json(msg="Failed to validate run_lock: ttl must be >= 1 and wait >= 0")
 
-    def run_command(argv):
-        binary = module.get_bin_path(argv[0])
-        if binary is None:
-            return 127, "", "No such file: %s" % argv[0]
-        return module.run_command([binary] + list(argv[1:]))
+    run_command = command_runner(module)
 
     journal = open_journal(p["journal_dir"], p["root"])
     lock = RunLock(p["root"])
