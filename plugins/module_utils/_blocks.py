@@ -870,6 +870,16 @@ def combine(results, policy, final):
     return out
 
 
+def half_at_budget(dim, half, df_now, df_budget, per_arm, budget, confidence):
+    """The interval half-width ``half`` (now, with ``per_arm`` blocks and ``df_now`` degrees of
+    freedom) scaled to ``budget`` blocks per arm: the square root of the blocks and the
+    Student-t quantile at ``df_budget``. A share in points for stalls, a ratio's relative
+    half-width for the other dimensions."""
+    q = 0.5 + confidence / 2.0
+    scale = math.sqrt(per_arm / float(budget)) * t_ppf(q, df_budget) / t_ppf(q, df_now)
+    return half * scale if dim == "stalls" else math.expm1(math.log1p(half) * scale)
+
+
 _DIM_WORDS = {"throughput": "the throughput", "p50": "the median step", "tail": "the tail", "stalls": "the stalls"}
 
 
@@ -887,7 +897,7 @@ def futility(res, policy, settings, per_arm):
     budget = settings["max_blocks"]
     if res.get("resolved") or per_arm >= budget or res.get("blocks_before") is None:
         return None
-    conf = 0.5 + look_confidence(settings["confidence"], planned_looks(settings["min_blocks"], budget)) / 2.0
+    conf = look_confidence(settings["confidence"], planned_looks(settings["min_blocks"], budget))
     reachable, hopeless, leaning_worse = {}, [], False
     for dim in DIMENSIONS:
         block = res.get(dim) or {}
@@ -895,13 +905,12 @@ def futility(res, policy, settings, per_arm):
         if block.get("verdict") != "unknown" or half is None or not df:
             continue
         band = block.get("tolerance") or 0.0
-        scale = math.sqrt(per_arm / float(budget)) * t_ppf(conf, df + 2 * (budget - per_arm)) / t_ppf(conf, df)
+        at_budget = half_at_budget(dim, half, df, df + 2 * (budget - per_arm), per_arm, budget, conf)
         if dim == "stalls":
-            at_budget, estimate = half * scale, block.get("difference") or 0.0
+            estimate = block.get("difference") or 0.0
             worse = estimate > band
             better = -estimate
         else:
-            at_budget = math.expm1(math.log1p(half) * scale)
             ratio = block.get("ratio") or 1.0
             estimate = ratio - 1.0 if dim == "throughput" else 1.0 - ratio  # > 0: a gain
             worse, better = estimate < -band, estimate
@@ -1135,6 +1144,7 @@ class Trial:
         per_arm = {"on": 0, "off": 0}
         order, voids = [], []
         toggles, position, quads = 0, 0, 0
+        cost = {}  # per workload: blocks, their wall time and the time of their measured steps
         start = self.clock()
         result = None
 
@@ -1164,7 +1174,6 @@ class Trial:
 
         active = list(self.workloads)  # workloads still measured; futile ones stop early
         futile = {}
-        cost = {}  # per workload: blocks, their wall time and the time of their measured steps
         while result is None:
             for arm in self.ORDER:
                 toggles += self._switch(arm == "on")
@@ -1360,10 +1369,7 @@ def calibrate(workloads, measure, settings, blocks, clock):
             df_now = block.get("df")
             if half_now is not None and df_now:
                 df_budget = 2 * settings["max_blocks"] - (3 if block.get("drift_fitted", True) else 2)
-                scale = math.sqrt(per_arm / float(settings["max_blocks"])) * (
-                    t_ppf(0.5 + conf / 2.0, df_budget) / t_ppf(0.5 + conf / 2.0, df_now)
-                )
-                at_budget = half_now * scale if dim == "stalls" else math.exp(math.log1p(half_now) * scale) - 1.0
+                at_budget = half_at_budget(dim, half_now, df_now, df_budget, per_arm, settings["max_blocks"], conf)
             dims[dim] = {
                 "level": _sig(level, 4),
                 "spread_between_blocks": _sig(spread, 3),
