@@ -470,7 +470,8 @@ class Engine(object):
 
     def apply(self, specs, run_id, from_journal=False, given=None):
         layer = self.ctx.layer
-        entry = self.load(layer) or new_entry(layer)
+        stored = self.load(layer)
+        entry = stored or new_entry(layer)
         resuming = given is not None and entry["state"] == "suspended"
         # a layer a run left mid-apply, switched off or unjudged goes back to its snapshot first
         # (the tune flow's run_lock does it for every layer; a real apply does it for its own)
@@ -484,7 +485,8 @@ class Engine(object):
         )
         if interrupted and not self.check_mode:
             self.recover(run_id, entry=entry, states=("applying", "suspended"), own=True)
-            entry = self.load(layer) or new_entry(layer)
+            stored = self.load(layer)
+            entry = stored or new_entry(layer)
             interrupted = False
         if given is not None:
             settings, unsupported = given, []
@@ -560,9 +562,9 @@ class Engine(object):
             rows.extend(self._restore_removed(removed, entry, orphan_units))
             return self._summary("present", rows, unsupported, entry)
 
-        # write-ahead: originals and the pre-apply snapshot, before any change
-        found = self.load(layer)
-        before_apply = copy.deepcopy(found) if found is not None else None
+        # write-ahead: originals and the pre-apply snapshot, before any change (the record as
+        # it was is kept, to go back to when the kernel refuses a live value)
+        before_apply = copy.deepcopy(stored) if stored is not None else None
         involved_units = {k: u["unit"] for k, u in units.items()}
         for s in removed:
             unit, _err = self._unit(s)
