@@ -81,13 +81,15 @@ class ActionModule(ActionBase):
             raise (LeaseLost if res.get("lease_lost") else ModuleFailed)(message, res)
         return res
 
-    def _engine(self, state, task_vars, **extra):
-        args = {
-            "layer": self._task.args["layer"],
-            "state": state,
+    def _run_args(self):
+        """The run and the journal this task acts for, as every module it calls takes them."""
+        return {
             "run_id": self._task.args.get("run_id") or "manual",
             "journal_dir": self._task.args.get("journal_dir") or "/var/lib/stacktune",
         }
+
+    def _engine(self, state, task_vars, **extra):
+        args = dict(self._run_args(), layer=self._task.args["layer"], state=state)
         args.update(extra)
         return self._module("stacktune.gpu.host_settings", args, task_vars)
 
@@ -305,15 +307,7 @@ class ActionModule(ActionBase):
         record = {"layer": layer, "why": why, "run_id": self._task.args.get("run_id")}
         record["layer_outcome"] = self._put_back(task_vars, "interrupted: %s" % why)
         try:
-            self._module(
-                "stacktune.gpu.run_lock",
-                {
-                    "state": "unlocked",
-                    "run_id": self._task.args.get("run_id") or "manual",
-                    "journal_dir": self._task.args.get("journal_dir") or "/var/lib/stacktune",
-                },
-                task_vars,
-            )
+            self._module("stacktune.gpu.run_lock", dict(self._run_args(), state="unlocked"), task_vars)
             record["lock"] = "released"
         except AnsibleActionFail as again:
             record["lock"] = "not released (%s)" % again
