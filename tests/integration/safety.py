@@ -362,6 +362,26 @@ def check(condition, message):
         raise Failure(message)
 
 
+def at_once(work, items):
+    """work(item) for every item, each in a thread of its own; every item's Failure is reported together."""
+    import threading
+
+    failures = []
+
+    def guarded(item):
+        try:
+            work(item)
+        except Failure as exc:
+            failures.append(str(exc))
+
+    threads = [threading.Thread(target=guarded, args=(item,)) for item in items]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    check(not failures, "; ".join(failures))
+
+
 class Driver(object):
     def __init__(self, podman):
         self.podman = podman
@@ -859,81 +879,56 @@ class Driver(object):
 
     def signals_and_hostile_hosts(self):
         """The signal cases and the hostile-host cases at once, on containers of their own."""
-        import threading
-
-        failures = []
-
-        def guarded(phase):
-            try:
-                phase()
-            except Failure as exc:
-                failures.append(str(exc))
-
-        threads = [threading.Thread(target=guarded, args=(p,)) for p in (self.signals, self.hostile_hosts)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        check(not failures, "; ".join(failures))
+        at_once(lambda phase: phase(), (self.signals, self.hostile_hosts))
 
     def hostile_hosts(self):
         """Links, foreign-owned and world-writable journals, duplicate lines, no final newline."""
-        import threading
-
-        failures, covered = [], []
+        covered = []
         started = time.time()
         common = {"stacktune_gate": False}
 
         def host_cases(host):
-            try:
-                pre = self.state_hash(host)
-                # the journal cases need a journal: tune nccl once (rolled back at the end)
-                if any("journal record" in case[0] for case in HOSTILE[host]):
-                    first = self.playbook(
-                        "hostile-%s-setup" % host,
-                        TUNE,
-                        self.inventory("h-%s" % host, [host], common=dict(common, stacktune_layers=["nccl"])),
-                    )
-                    check(first["rc"] == 0, "%s: the setup run failed:\n%s" % (host, first["out"][-2000:]))
-                for n, (what, plant, extra, playbook, needle, clean) in enumerate(HOSTILE[host]):
-                    self.sh(host, plant)
-                    planted = self.state_hash(host)
-                    name = "hostile-%s-%d" % (host, n)
-                    run = self.playbook(name, playbook, self.inventory(name, [host], common=dict(common, **extra)))
-                    label = "%s (%s)" % (what, host)
-                    if needle is None:
-                        check(run["rc"] == 0, "%s: the run failed:\n%s" % (label, run["out"][-2000:]))
-                        # only this case's layers: the journal cases keep another layer tuned meanwhile
-                        only = dict(extra, stacktune_rollback_layers=extra["stacktune_layers"])
-                        back = self.playbook(
-                            name + "-rollback",
-                            "playbooks/rollback.yml",
-                            self.inventory(name + "-rb", [host], common=only),
-                        )
-                        check(back["rc"] == 0, "%s: the rollback failed" % label)
-                        check(self.state_hash(host) == planted, "%s: not back byte for byte after the rollback" % label)
-                    else:
-                        check(
-                            run["rc"] != 0 and needle in run["out"],
-                            "%s was not refused with %r:\n%s" % (label, needle, run["out"][-2500:]),
-                        )
-                        check(self.state_hash(host) == planted, "%s: the refused run changed the host" % label)
-                    self.sh(host, clean)
-                    covered.append(what)
-                back = self.playbook(
-                    "hostile-%s-rollback" % host, "playbooks/rollback.yml", self.inventory("h-rb-%s" % host, [host])
+            pre = self.state_hash(host)
+            # the journal cases need a journal: tune nccl once (rolled back at the end)
+            if any("journal record" in case[0] for case in HOSTILE[host]):
+                first = self.playbook(
+                    "hostile-%s-setup" % host,
+                    TUNE,
+                    self.inventory("h-%s" % host, [host], common=dict(common, stacktune_layers=["nccl"])),
                 )
-                check(back["rc"] == 0, "%s: the last rollback failed:\n%s" % (host, back["out"][-2000:]))
-                check(self.state_hash(host) == pre, "%s: not back to its state before the hostile cases" % host)
-            except Failure as exc:
-                failures.append(str(exc))
+                check(first["rc"] == 0, "%s: the setup run failed:\n%s" % (host, first["out"][-2000:]))
+            for n, (what, plant, extra, playbook, needle, clean) in enumerate(HOSTILE[host]):
+                self.sh(host, plant)
+                planted = self.state_hash(host)
+                name = "hostile-%s-%d" % (host, n)
+                run = self.playbook(name, playbook, self.inventory(name, [host], common=dict(common, **extra)))
+                label = "%s (%s)" % (what, host)
+                if needle is None:
+                    check(run["rc"] == 0, "%s: the run failed:\n%s" % (label, run["out"][-2000:]))
+                    # only this case's layers: the journal cases keep another layer tuned meanwhile
+                    only = dict(extra, stacktune_rollback_layers=extra["stacktune_layers"])
+                    back = self.playbook(
+                        name + "-rollback",
+                        "playbooks/rollback.yml",
+                        self.inventory(name + "-rb", [host], common=only),
+                    )
+                    check(back["rc"] == 0, "%s: the rollback failed" % label)
+                    check(self.state_hash(host) == planted, "%s: not back byte for byte after the rollback" % label)
+                else:
+                    check(
+                        run["rc"] != 0 and needle in run["out"],
+                        "%s was not refused with %r:\n%s" % (label, needle, run["out"][-2500:]),
+                    )
+                    check(self.state_hash(host) == planted, "%s: the refused run changed the host" % label)
+                self.sh(host, clean)
+                covered.append(what)
+            back = self.playbook(
+                "hostile-%s-rollback" % host, "playbooks/rollback.yml", self.inventory("h-rb-%s" % host, [host])
+            )
+            check(back["rc"] == 0, "%s: the last rollback failed:\n%s" % (host, back["out"][-2000:]))
+            check(self.state_hash(host) == pre, "%s: not back to its state before the hostile cases" % host)
 
-        threads = [threading.Thread(target=host_cases, args=(h,)) for h in sorted(HOSTILE)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        check(not failures, "; ".join(failures))
+        at_once(host_cases, sorted(HOSTILE))
         self.counts.setdefault("seconds", {})["hostile"] = round(time.time() - started)
         print(
             "hostile hosts: %d faults on real containers (%s) were each refused before any change, naming the path, "
@@ -943,26 +938,16 @@ class Driver(object):
 
     def signals(self):
         """Stop the controller while the gate measures, in every way a user or scheduler does."""
-        import threading
-
         pre = {h: self.state_hash(h) for h in SIGNAL_CASES}
-        failures, covered = [], []
+        covered = []
 
         def host_cases(host):
-            try:
-                for n, (signame, where, group) in enumerate(SIGNAL_CASES[host]):
-                    self.signal_case(host, signame, where, group, n, pre[host])
-                    covered.append("%s during %s" % (signame, where))
-            except Failure as exc:
-                failures.append(str(exc))
+            for n, (signame, where, group) in enumerate(SIGNAL_CASES[host]):
+                self.signal_case(host, signame, where, group, n, pre[host])
+                covered.append("%s during %s" % (signame, where))
 
-        threads = [threading.Thread(target=host_cases, args=(h,)) for h in sorted(SIGNAL_CASES)]
         started = time.time()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        check(not failures, "; ".join(failures))
+        at_once(host_cases, sorted(SIGNAL_CASES))
         self.counts.setdefault("seconds", {})["signals"] = round(time.time() - started)
         # the next run measures every interrupted layer again; rollback then gives the exact original
         hosts = sorted(SIGNAL_CASES)
