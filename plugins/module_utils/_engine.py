@@ -30,6 +30,7 @@ __metaclass__ = type
 import copy
 import datetime
 import os
+import re
 
 from ansible_collections.stacktune.gpu.plugins.module_utils import _fileops as fileops
 from ansible_collections.stacktune.gpu.plugins.module_utils._journal import UntrustedJournal, new_entry
@@ -55,6 +56,7 @@ KINDS = {
         NvmlKind(),
     )
 }
+_INTEGER = re.compile(r"^-?[0-9]+$")
 # the drop-in each unit kind writes, per layer (what a journal record may restore)
 DROPINS = {"sysctl": SYSCTL_DROPIN, "tmpfiles": TMPFILES, "kernel_arg": GRUB_DROPIN}
 ACTIVE_STATES = ("applying", "applied", "suspended", "kept")
@@ -184,14 +186,51 @@ class Engine(object):
                     }
                 )
                 continue
+            at_least = spec.get("at_least", False)
+            if not isinstance(at_least, bool):
+                raise SpecError("settings[%d].at_least must be true or false, got %r" % (index, at_least))
             for s in expanded:
                 if s["id"] in seen:
                     raise SpecError("settings[%d]: %s is requested twice" % (index, s["id"]))
+                if at_least:
+                    if not _INTEGER.match(str(s["value"])):
+                        raise SpecError(
+                            "%ssettings[%d] (%s): at_least needs an integer value, got %r"
+                            % ("%s: " % spec["var"] if spec.get("var") else "", index, s["id"], s["value"])
+                        )
+                    s["at_least"] = True
                 seen.add(s["id"])
                 settings.append(s)
                 if spec.get("var"):
                     self.variables[s["id"]] = spec["var"]
         return settings, unsupported
+
+    def minimums(self, settings, entry):
+        """The settings to manage, less the minimums (``at_least``) the host meets by itself.
+
+        A minimum is compared with the host's own value: the original the journal kept while
+        the layer holds the setting (the live value is then stacktune's), else the live value.
+        A host at or above it keeps its value and the setting is left out, the same on every
+        run, so a second run changes nothing. The flag is not kept with the setting.
+        """
+        held = {s["id"] for s in entry["settings"]} if entry["state"] in ACTIVE_STATES else set()
+        out = []
+        for s in settings:
+            if not s.pop("at_least", False):
+                out.append(s)
+                continue
+            if s["id"] in held and s["id"] in entry["original"]["live"]:
+                own = entry["original"]["live"][s["id"]]
+            else:
+                obs = self.observe(s)
+                own = obs["live"] if obs["live_error"] is None else None
+            if own is not None and _INTEGER.match(str(own).strip()) and int(own) >= int(s["value"]):
+                self.notes.append(
+                    "%s: the host's own %s is at or above the minimum %s; left as it is" % (s["id"], own, s["value"])
+                )
+                continue
+            out.append(s)
+        return out
 
     def check_ownership(self, layer, settings):
         """Refuse settings that another active layer already manages."""
@@ -498,6 +537,7 @@ class Engine(object):
             settings, unsupported = copy.deepcopy(entry["settings"]), []
         else:
             settings, unsupported = self.normalize(specs)
+            settings = self.minimums(settings, entry)
             self.check_ownership(layer, settings)
         if (
             not from_journal
@@ -791,6 +831,7 @@ class Engine(object):
         entry = self.load(self.ctx.layer) or new_entry(self.ctx.layer)
         if specs:
             settings, unsupported = self.normalize(specs)
+            settings = self.minimums(settings, entry)
         else:
             settings = entry["settings"] if entry["state"] in ACTIVE_STATES else []
             unsupported = []

@@ -69,6 +69,10 @@ options:
       - The settings, each a dict with C(kind), C(key), C(value) and kind-specific keys
         (C(device) for irq_affinity, C(option) for mount, C(path) for env_var, C(mode) for
         file, C(gpu) for nvml).
+      - A setting with C(at_least=true) and an integer C(value) is a minimum. It is applied
+        only where the host's own value is lower, the original the journal kept while the
+        layer holds the setting, else the live value. A host at or above it keeps its value,
+        with a note. Once applied, the minimum is managed exactly like any other setting.
       - With I(state=verify) and no I(settings), the layer's journaled settings are verified.
     type: list
     elements: dict

@@ -201,6 +201,8 @@ def test_journal_is_private(fakeroot):
         ({"kind": "file", "key": "/etc/../root/x", "value": "x"}, "is not allowed"),
         ({"kind": "env_var", "path": "/etc/default/irqbalance", "key": "A B", "value": "1"}, "not a shell variable"),
         ({"kind": "nosuch", "key": "x", "value": 1}, "is not one of"),
+        ({"kind": "sysctl", "key": "vm.max_map_count", "value": "1048576", "at_least": "yes"}, "must be true or false"),
+        ({"kind": "sysctl", "key": "net.ipv4.tcp_rmem", "value": "4096 87380", "at_least": True}, "integer value"),
     ],
 )
 def test_bad_settings_fail_before_any_change(fakeroot, hash_tree, spec, needle):
@@ -210,6 +212,44 @@ def test_bad_settings_fail_before_any_change(fakeroot, hash_tree, spec, needle):
     assert needle in str(err.value)
     assert "settings[1]" in str(err.value)
     assert hash_tree(fakeroot, exclude=()) == before
+
+
+MINIMUM = [
+    {"kind": "sysctl", "key": "vm.swappiness", "value": "10"},
+    {"kind": "sysctl", "key": "vm.max_map_count", "value": "1048576", "at_least": True},
+]
+
+
+def test_a_minimum_is_applied_once_and_then_held(fakeroot, hash_tree):
+    """The host's 65530 is below the minimum: applied; the next runs compare with the journaled 65530."""
+    pristine = hash_tree(fakeroot)
+    first = engine(fakeroot, "kernel").apply(MINIMUM, "run1")
+    assert changed_ids(first) == ["sysctl:vm.max_map_count", "sysctl:vm.swappiness"]
+    assert read(fakeroot, "/proc/sys/vm/max_map_count") == "1048576\n"
+    assert "vm.max_map_count = 1048576\n" in read(fakeroot, "/etc/sysctl.d/60-stacktune-kernel.conf")
+    engine(fakeroot, "kernel").keep("run1", {"decision": "keep"})
+    applied = hash_tree(fakeroot)
+    predicted = engine(fakeroot, "kernel", check=True).apply(MINIMUM, "run2")
+    again = engine(fakeroot, "kernel").apply(MINIMUM, "run2")
+    assert predicted["changed"] is False and again["changed"] is False
+    assert changed_ids(again) == []
+    assert hash_tree(fakeroot) == applied
+    entry = open_journal("/var/lib/stacktune", str(fakeroot)).load("kernel")
+    assert "at_least" not in json.dumps(entry)
+    assert engine(fakeroot, "kernel").verify(MINIMUM)["counts"] == {"ok": 2}
+    engine(fakeroot, "kernel").restore("original", "undo")
+    assert hash_tree(fakeroot) == pristine
+
+
+def test_a_host_above_a_minimum_keeps_its_value(fakeroot):
+    with open(os.path.join(str(fakeroot), "proc/sys/vm/max_map_count"), "w") as handle:
+        handle.write("8250343\n")
+    for run in ("run1", "run2"):
+        result = engine(fakeroot, "kernel").apply(MINIMUM, run)
+        assert [r["id"] for r in result["settings"]] == ["sysctl:vm.swappiness"]
+        assert any("own 8250343 is at or above the minimum 1048576" in n for n in result["notes"])
+    assert read(fakeroot, "/proc/sys/vm/max_map_count") == "8250343\n"
+    assert "max_map_count" not in read(fakeroot, "/etc/sysctl.d/60-stacktune-kernel.conf")
 
 
 def test_a_setting_belongs_to_one_layer(fakeroot):
