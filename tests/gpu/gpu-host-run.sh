@@ -180,7 +180,7 @@ print("lock:", json.load(open("/var/lib/stacktune/run.lock"))["holder"])'
       # What a block costs: a fresh interpreter against the block runner, per workload; then the
       # gate on GEMM blocks both ways; then a default tune (all layers but driver) with the runner
       run env PYTHONPATH="collections:${PYTHONPATH:-}" "$py" benchmarks/block_cost.py --python "${TORCH_PYTHON:-python3}" \
-        --workloads gemm,h2d_pinned,train_step,dataloader --blocks 3 --size 4096 --json "$RUN_DIR/block-cost.json"
+        --workloads gemm,h2d_pinned,train_step,dataloader --blocks 3 --size gemm=4096 --json "$RUN_DIR/block-cost.json"
       for runner in false true; do
         t0=$(date +%s)
         run ap tune.yml -e stacktune_run_id="gemm-runner-$runner" -e stacktune_report_dir="$RUN_DIR/reports" -e '{
