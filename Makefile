@@ -14,6 +14,8 @@ export CONTAINERS_CONF := $(CURDIR)/tests/molecule/containers.conf
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # Extra arguments for ansible-playbook, e.g. make tune ARGS="--check --diff"
 ARGS ?=
+# Extra arguments for benchmarks/gate_replay.py in make bench-gate, e.g. REPLAY_ARGS="--draws 50"
+REPLAY_ARGS ?=
 # Molecule scenarios run by `make test` (space separated); docs/safety.md describes `safety`.
 SCENARIOS ?= default layers gate failures privileged fleet safety
 PY_SOURCES := plugins tests benchmarks
@@ -82,8 +84,10 @@ test-gpu:
 
 bench: bench-gate bench-facts bench-drift
 
+## make bench-gate: the gate, its whole-budget form, the earlier rule and Mann-Whitney on recorded real blocks; then on simulated hosts
 bench-gate: deps-run
-	python3 benchmarks/gate_bench.py $(ARGS)
+	$(VENV)/bin/python benchmarks/gate_replay.py $(REPLAY_ARGS)
+	$(VENV)/bin/python benchmarks/gate_bench.py $(ARGS)
 
 bench-facts: deps-run
 	$(VENV)/bin/python benchmarks/facts_bench.py $(ARGS)

@@ -7,11 +7,17 @@
 The blocks recorded on two H200 (tests/unit/fixtures/blocks) are drawn at random into the
 gate's sequential trial (4 to ``--max-blocks`` blocks per arm), with a change laid on the
 blocks measured with it: none (A/A), 15% slower, 15% faster, 1.5% of the steps stalled at 3x
-the p99. Per workload it prints how often the gate decided right and how many blocks per arm
-it took, and how often it stopped early because the budget could not resolve more. Run it at
-two commits to compare two versions of the gate on the same blocks:
+the p99. Every draw is judged four ways on the same blocks, side by side:
 
-    python3 benchmarks/gate_replay.py [--draws 200] [--max-blocks 8]
+* the gate as tune.yml runs it (stops early when the budget cannot decide);
+* the gate made to spend its whole budget (what the early stop saves is the difference in
+  blocks per arm, at what cost in decisions);
+* the earlier rule ("worse" only when the whole interval is beyond the tolerance), whole budget;
+* a median-only Mann-Whitney U test (alpha 0.05) on the whole budget's steps, pooled.
+
+Per workload and case it prints how often each decided the case's way, against the target:
+
+    python3 benchmarks/gate_replay.py [--draws 200] [--max-blocks 8] [--workloads gemm,dataloader]
 """
 
 import argparse
@@ -22,6 +28,9 @@ import sys
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(REPO, "collections"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gate_bench  # noqa: E402  (the Mann-Whitney judge it compares with)
+
 FIXTURES = os.path.join(REPO, "tests", "unit", "fixtures", "blocks")
 WORKLOADS = ("gemm", "h2d_pinned", "allreduce", "dataloader", "train_step", "h2d_pageable")
 CASES = (
@@ -31,6 +40,14 @@ CASES = (
     ("1.5% stalled rolled back", "no_regression", 1.0, 0.015, "rollback", True),
     ("15% faster kept", "improve", 0.85, 0.0, "keep", True),
 )
+# the issue's targets for each case (decided so, share of draws)
+TARGETS = {
+    "A/A kept under improve": "<= 5%",
+    "A/A rolled back under no_regression": "<= 5%",
+    "15% slower rolled back": ">= 95%",
+    "1.5% stalled rolled back": ">= 95%",
+    "15% faster kept": ">= 90%",
+}
 
 
 def blocks_of(workload):
@@ -38,12 +55,14 @@ def blocks_of(workload):
         return [b["samples_ms"] for b in json.load(handle)["arms"]["base"]["blocks"]]
 
 
-def trial(blocks, policy, effect, stall, seed, max_blocks):
+def trial(blocks, policy, effect, stall, seed, max_blocks, **options):
+    """One sequential trial on blocks drawn (by ``seed``) from the recording; with the blocks it saw."""
     from ansible_collections.stacktune.gpu.plugins.module_utils._blocks import Trial, check_settings
 
     rng = random.Random(seed)
     feed = iter([blocks[rng.randrange(len(blocks))] for _i in range(4 * max_blocks + 8)])
     state = {"on": True}
+    seen = {True: [], False: []}
 
     def measure(_w):
         xs = list(next(feed))
@@ -53,28 +72,75 @@ def trial(blocks, policy, effect, stall, seed, max_blocks):
                 top = sorted(xs)[int(0.99 * (len(xs) - 1))]
                 for i in rng.sample(range(len(xs)), int(round(len(xs) * stall))):
                     xs[i] = 3.0 * top
+        seen[state["on"]].append(xs)
         return {"samples_ms": xs}
 
     settings = check_settings({}, {"min_blocks": 4, "max_blocks": max_blocks, "max_seconds": 86400})
     clock = iter(range(10**9)).__next__
-    return Trial(["w"], lambda on: state.update(on=on), measure, policy, settings, clock).run()
+    result = Trial(["w"], lambda on: state.update(on=on), measure, policy, settings, clock, **options).run()
+    return result, seen
+
+
+def mann_whitney_decision(seen, policy):
+    """A median-only judge on the same blocks' steps, pooled: Mann-Whitney U, alpha 0.05."""
+    before = [v for b in seen[False] for v in b]
+    after = [v for b in seen[True] for v in b]
+    if policy == "no_regression":
+        return "rollback" if gate_bench.mann_whitney_rollback(before, after) else "keep"
+    return "keep" if gate_bench.mann_whitney_keep(before, after) else "rollback"
+
+
+# the judges, each as (label, trial options): the same seed gives every judge the same blocks
+JUDGES = (
+    ("gate", {}),
+    ("gate, whole budget", {"stop_early": False}),
+    ("earlier rule", {"stop_early": False, "worse_rule": "whole_interval"}),
+)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--draws", type=int, default=200)
     parser.add_argument("--max-blocks", type=int, default=8)
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated")
     args = parser.parse_args(argv)
-    print("| workload | case | decided so | blocks per arm | stopped early |")
-    print("|---|---|---|---|---|")
-    for workload in WORKLOADS:
+    print(
+        "| workload | case | target | gate: decided so | blocks per arm | stopped early "
+        "| gate, whole budget: decided so | blocks per arm | earlier rule: decided so "
+        "| Mann-Whitney on the whole budget's steps: decided so |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for workload in args.workloads.split(","):
         blocks = blocks_of(workload)
         for label, policy, effect, stall, wanted, _should in CASES:
-            results = [trial(blocks, policy, effect, stall, seed, args.max_blocks) for seed in range(args.draws)]
-            share = sum(r["decision"] == wanted for r in results) / float(args.draws)
-            spent = sum(r["blocks"]["with"] for r in results) / float(args.draws)
-            early = sum(bool(r.get("futility")) for r in results) / float(args.draws)
-            print("| %s | %s | %.1f%% | %.1f | %.0f%% |" % (workload, label, 100 * share, spent, 100 * early))
+            right, spent, early = {}, {}, 0
+            mw_right = 0
+            for seed in range(args.draws):
+                for judge, options in JUDGES:
+                    res, seen = trial(blocks, policy, effect, stall, seed, args.max_blocks, **options)
+                    right[judge] = right.get(judge, 0) + (res["decision"] == wanted)
+                    spent[judge] = spent.get(judge, 0) + res["blocks"]["with"]
+                    if judge == "gate":
+                        early += bool(res.get("futility"))
+                    if judge == "gate, whole budget":
+                        mw_right += mann_whitney_decision(seen, policy) == wanted
+            n = float(args.draws)
+            print(
+                "| %s | %s | %s | %.1f%% | %.1f | %.0f%% | %.1f%% | %.1f | %.1f%% | %.1f%% |"
+                % (
+                    workload,
+                    label,
+                    TARGETS[label],
+                    100 * right["gate"] / n,
+                    spent["gate"] / n,
+                    100 * early / n,
+                    100 * right["gate, whole budget"] / n,
+                    spent["gate, whole budget"] / n,
+                    100 * right["earlier rule"] / n,
+                    100 * mw_right / n,
+                ),
+                flush=True,
+            )
     return 0
 
 

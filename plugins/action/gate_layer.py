@@ -37,7 +37,7 @@ display = Display()
 
 BENCH_KEYS = ("command", "python", "size", "steps", "warmup", "timeout", "device", "workers", "env")
 # options of the measurement that are the gate's, not the bench module's
-GATE_BENCH_KEYS = ("runner",)
+GATE_BENCH_KEYS = ("runner", "steps_by_workload")
 # How a block that did not run to its end failed; these are measurements of the layer
 # (the bench module's ``failure``), anything else is an error of the run.
 WORKLOAD_FAILURES = ("exit", "hang", "error", "output")
@@ -137,6 +137,8 @@ class ActionModule(ActionBase):
         for key in BENCH_KEYS:
             if bench.get(key) is not None and not (key == "command" and workload != "command"):
                 args[key] = bench[key]
+        if workload in (bench.get("steps_by_workload") or {}):
+            args["steps"] = bench["steps_by_workload"][workload]
         try:
             res = self._module("stacktune.gpu.bench", args, task_vars)
         except LeaseLost:

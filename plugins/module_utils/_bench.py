@@ -55,7 +55,7 @@ def validate_options(params):
     out = dict(params)
     if params["workload"] not in WORKLOAD_CHOICES:
         raise ValueError("workload must be one of %s, got %r" % (", ".join(WORKLOAD_CHOICES), params["workload"]))
-    if params["steps"] < 1:
+    if params.get("steps") is not None and params["steps"] < 1:
         raise ValueError("steps must be at least 1, got %d" % params["steps"])
     if params["warmup"] < 0:
         raise ValueError("warmup must be 0 or more, got %d" % params["warmup"])

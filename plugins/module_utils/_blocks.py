@@ -43,6 +43,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import math
 import numbers
 
@@ -104,6 +105,9 @@ def _number_value(name, value, low, high, low_open, high_open):
         return _check_unit_interval(name, value, low, high, low_open, high_open)
     except ValueError as exc:
         raise GateSettingError(str(exc)) from None
+
+
+WORSE_RULES = ("significance", "whole_interval")
 
 
 def check_settings(
@@ -549,15 +553,21 @@ def judge_blocks(
     stall_tolerance=0.005,
     final=False,
     looks=1,
+    worse_rule="significance",
 ):
     """Judge one change from blocks of step times (see the module docstring).
 
     ``before``/``after``: a list of blocks (each a list of step ms) or a dict
     ``{"blocks": [...], "throughput": [per block], "at": [position of each block]}``.
     ``looks``: how many looks the sequential design plans; each uses
-    ``1 - (1 - confidence) / looks``. Returns the decision record; raises ValueError naming
-    the offending argument.
+    ``1 - (1 - confidence) / looks``. ``worse_rule``: ``significance`` (a dimension is worse
+    when it is significantly worse beyond its tolerance, at the confidence "better" takes) or
+    ``whole_interval`` (only when the whole interval is beyond the tolerance: the gate's rule
+    before the symmetric one, kept so that its benchmark can show both on the same blocks).
+    Returns the decision record; raises ValueError naming the offending argument.
     """
+    if worse_rule not in WORSE_RULES:
+        raise ValueError("worse_rule must be one of %s, got %r" % (", ".join(WORSE_RULES), worse_rule))
     if policy not in POLICIES:
         raise ValueError("policy must be one of %s, got %r" % (", ".join(POLICIES), policy))
     s = check_settings(
@@ -630,6 +640,10 @@ def judge_blocks(
         "p99", quantile_label(q), col(sb, "p99"), col(sa, "p99"), at_b, at_a, conf_look, s["tail_tolerance"]
     )
     p99["decides"] = False
+    if worse_rule == "whole_interval":
+        for dim in DIMENSIONS:
+            if dims[dim].pop("worse_by", None) == "significance":
+                dims[dim]["verdict"] = "unknown"
     dims["tail"]["quantile"] = q
     dims["tail"]["p99_before"] = p99["before"]
     dims["tail"]["p99_after"] = p99["after"]
@@ -890,8 +904,9 @@ def futility(res, policy, settings, per_arm):
     scaled to the budget (``max_blocks`` per arm: the square root of the blocks and the
     Student-t quantile at the degrees of freedom then). ``no_regression`` needs every
     dimension resolved within its tolerance; when one cannot be, more blocks buy nothing,
-    unless the estimate leans beyond its tolerance the wrong way (then blocks may still show
-    the regression, and measuring goes on). ``improve`` needs one dimension shown better;
+    unless the estimate leans beyond its tolerance the wrong way, with half of its present
+    half-width, by more than the budget's half-width (then blocks may still show the
+    regression, and measuring goes on). ``improve`` needs one dimension shown better;
     when none leans to a gain the budget could show, it stops.
     """
     budget = settings["max_blocks"]
@@ -914,7 +929,10 @@ def futility(res, policy, settings, per_arm):
             ratio = block.get("ratio") or 1.0
             estimate = ratio - 1.0 if dim == "throughput" else 1.0 - ratio  # > 0: a gain
             worse, better = estimate < -band, estimate
-        leaning_worse = leaning_worse or worse
+        # a dimension leaning the wrong way keeps the trial going only when the estimate and half
+        # of its present half-width reach beyond the budget's half-width: a loss the budget could
+        # show (as for gains below); a lean well inside the noise at the budget is no reason
+        leaning_worse = leaning_worse or (worse and -better + half / 2.0 > at_budget)
         reachable[dim] = (at_budget, half, band, better)
         if at_budget >= band > 0:
             needed = int(math.ceil(per_arm * (half / band) ** 2))
@@ -1048,9 +1066,11 @@ class Trial:
 
     ORDER = ("on", "off", "off", "on")
 
-    def __init__(self, workloads, set_layer, measure, policy, settings, clock):
+    def __init__(self, workloads, set_layer, measure, policy, settings, clock, stop_early=True, worse_rule=None):
         if not workloads:
             raise ValueError("a trial needs at least one workload")
+        self.stop_early = stop_early  # False: spend the budget although it cannot decide (benchmarks)
+        self.worse_rule = worse_rule or WORSE_RULES[0]
         self.workloads = list(workloads)
         self.set_layer = set_layer
         self.measure = measure
@@ -1093,6 +1113,7 @@ class Trial:
                     stall_tolerance=self.s["stall_tolerance"],
                     final=final,
                     looks=self.looks,
+                    worse_rule=self.worse_rule,
                 )
             except ValueError as exc:
                 results[w] = {
@@ -1209,7 +1230,7 @@ class Trial:
                     given = vals and all(v is not None for v in vals)
                     data[w][arm]["throughput"] = list(vals) if given else None
             judged = self._judge(data, final=last)
-            if not (judged["resolved"] or last):
+            if self.stop_early and not (judged["resolved"] or last):
                 # calibrate, then tune: a workload the budget cannot resolve stops taking blocks
                 per = judged.get("workloads") or {self.workloads[0]: judged}
                 for w in list(active):
@@ -1291,6 +1312,72 @@ def _sd(values):
         return None
     m = mean(values)
     return math.sqrt(math.fsum((v - m) ** 2 for v in values) / (len(values) - 1))
+
+
+STEPS_BOUNDS = (20, 5000)
+BATCHES = 10  # consecutive batches per block whose means estimate the noise inside a block
+
+
+def steps_for_noise(blocks, startup_s, steps):
+    """Steps per block that resolve the throughput best per second of wall time.
+
+    ``blocks``: lists of step ms (one workload, no change between them); ``startup_s``: the
+    start-up a block costs besides its steps; ``steps``: the steps they were measured with.
+    The variance of a block's log throughput splits into a part between blocks (what changes
+    from process to process) and a part inside one, estimated from the means of
+    :data:`BATCHES` consecutive batches of steps (so steps that drift or come in bursts are
+    counted as they are). With ``k`` steps of ``t`` seconds a block costs ``c + k t`` seconds,
+    and the interval after a budget of seconds narrows with ``(c + k t) (between + inside *
+    steps / k)``, least at ``k = sqrt(c * inside * steps / (t * between))``: where between-block
+    noise dominates, more and shorter blocks; where the noise inside a block does, longer ones.
+    The choice is kept between the steps whose time equals the start-up (half of every block
+    measured) and three times that, and within :data:`STEPS_BOUNDS`. Returns None with fewer
+    than 4 blocks.
+    """
+    usable = [b for b in blocks if len(b) >= 2 * BATCHES]
+    if len(usable) < 4:
+        return None
+    level = [math.log(mean(b)) for b in usable]
+    observed = _sd(level) ** 2
+    inside = []
+    for b in usable:
+        size = len(b) // BATCHES
+        means = [math.log(mean(b[i * size : (i + 1) * size])) for i in range(BATCHES)]
+        inside.append(_sd(means) ** 2 / BATCHES)
+    inside = mean(inside) * len(usable[0]) / float(steps)  # per block of ``steps`` steps
+    between = max(observed - inside, 0.0)
+    step_s = quantile(sorted(mean(b) for b in usable), 0.5) / 1000.0
+    startup = max(float(startup_s), 0.0)
+    low = max(STEPS_BOUNDS[0], int(math.ceil(startup / step_s)))
+    high = min(STEPS_BOUNDS[1], max(low, int(math.ceil(3.0 * startup / step_s))))
+    if between <= 0.0 or inside <= 0.0:
+        best = None if between <= 0.0 else 0
+    else:
+        best = int(round(math.sqrt(startup * inside * steps / (step_s * between))))
+    chosen = int(min(high, max(low, high if best is None else best)))
+    if chosen < steps:
+        why = "blocks differ more than the steps inside one: more, shorter blocks"
+        if best is not None and best < low:
+            why += " (none shorter than the start-up)"
+    elif chosen == steps:
+        why = "as measured"
+    elif best is None or best > high:
+        why = "blocks hardly differ from each other: longer blocks (up to three times the start-up)"
+    elif best < low:
+        why = "longer blocks than the noise asks for (%d steps), so that half of every block is measured" % best
+    else:
+        why = "the steps inside a block vary more than blocks do: fewer, longer blocks"
+    return {
+        "steps": chosen,
+        "measured_with": steps,
+        "between_sd": _sig(math.sqrt(between), 3),
+        "inside_sd": _sig(math.sqrt(inside), 3),
+        "step_ms": _sig(step_s * 1000.0, 4),
+        "startup_s": _sig(startup, 3),
+        "measured_share": _sig(chosen * step_s / (startup + chosen * step_s), 3),
+        "unbounded": best,
+        "why": why,
+    }
 
 
 def calibrate(workloads, measure, settings, blocks, clock):
@@ -1380,6 +1467,8 @@ def calibrate(workloads, measure, settings, blocks, clock):
                 "resolvable_at_budget": _sig(at_budget, 3),
             }
         entry.update(dimensions=dims, aa_decision=res["decision"], aa_reason=res["reason"])
+        startup = (seconds[w] - measured[w]) / blocks
+        entry["steps"] = steps_for_noise([b["samples_ms"] for b in got], startup, len(got[0]["samples_ms"]))
     return {
         "workloads": out,
         "table": calibration_table(out, settings),
@@ -1434,5 +1523,27 @@ def calibration_table(workloads, settings):
                 settings["max_blocks"],
                 settings["max_seconds"],
             )
+        )
+        steps = entry.get("steps")
+        if steps:
+            lines.append(
+                "%-14s steps per block: %d would resolve the most per second (%d measured; %s; between blocks "
+                "+-%.2f%%, inside one +-%.2f%%, start-up %.2f s, %d%% of a block measured)"
+                % (
+                    "",
+                    steps["steps"],
+                    steps["measured_with"],
+                    steps["why"],
+                    steps["between_sd"] * 100.0,
+                    steps["inside_sd"] * 100.0,
+                    steps["startup_s"],
+                    round(steps["measured_share"] * 100.0),
+                )
+            )
+    chosen = {w: e["steps"]["steps"] for w, e in workloads.items() if e.get("steps")}
+    if chosen:
+        lines.append(
+            "to measure with these steps: -e '{\"stacktune_bench_steps_by_workload\": %s}'"
+            % json.dumps(chosen, sort_keys=True)
         )
     return lines

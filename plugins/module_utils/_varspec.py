@@ -45,6 +45,7 @@ RULES = {
     "acceptance_journal_dir": {"absolute": True, "empty_ok": True, "follows": "stacktune_journal_dir"},
     "metrics_textfile_path": {"absolute": True, "endswith": ".prom"},
     "stacktune_bench_steps": {"min": 10},
+    "stacktune_bench_steps_by_workload": {"values_min": 10},
     "stacktune_bench_warmup": {"min": 0},
     "stacktune_bench_timeout": {"min": 1},
     "stacktune_lock_wait": {"min": 0},
@@ -78,6 +79,10 @@ def _check_rule(name, rule, value, errors):
         if rule.get("endswith") and not text.endswith(rule["endswith"]):
             errors.append("%s must end in %s, %s" % (name, rule["endswith"], given))
             return
+    if "values_min" in rule and isinstance(value, Mapping):
+        for key, item in sorted(value.items()):
+            _check_rule("%s.%s" % (name, key), {"min": rule["values_min"]}, item, errors)
+        return
     for bound, word in (("min", "at least"), ("max", "at most")):
         if bound not in rule:
             continue

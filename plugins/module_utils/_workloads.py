@@ -59,6 +59,21 @@ DEFAULT_SIZE = {
     "mem_touch": 32,
     "cpu_train_step": 16,
 }
+# Measured steps per block when none are given. For the GPU workloads, what
+# ``_blocks.steps_for_noise`` chose from blocks recorded on H200 hosts (tests/unit/fixtures/blocks)
+# with the start-up a block cost there through the block runner: shorter blocks where blocks
+# differ from each other more than steps inside one do (DataLoader, pageable copies), longer
+# ones where they hardly differ (GEMM, all-reduce). ``make calibrate`` prints the choice for a
+# host's own noise; the others take DEFAULT_STEPS_OTHER.
+DEFAULT_STEPS = {
+    "gemm": 1800,
+    "h2d_pinned": 250,
+    "h2d_pageable": 50,
+    "dataloader": 80,
+    "allreduce": 5000,
+    "train_step": 700,
+}
+DEFAULT_STEPS_OTHER = 400
 SIZE_MEANING = {
     "gemm": "matrix dimension N (bf16 NxN @ NxN)",
     "h2d_pinned": "MiB copied per step",
@@ -1171,7 +1186,7 @@ def run(cfg):
         except (AttributeError, OSError, ValueError) as exc:
             raise WorkloadError("cannot pin the workload to CPUs %s: %s" % (cpus, exc)) from None
     params = {
-        "steps": int(cfg["steps"]),
+        "steps": int(cfg["steps"]) if cfg.get("steps") is not None else DEFAULT_STEPS.get(name, DEFAULT_STEPS_OTHER),
         "warmup": int(cfg["warmup"]),
         "size": int(cfg["size"]) if cfg.get("size") is not None else DEFAULT_SIZE[name],
         "workers": int(cfg.get("workers", 4)),

@@ -10,11 +10,12 @@ __metaclass__ = type
 
 import json
 import math
+import os
 import random
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _blocks
+from ansible_collections.stacktune.gpu.plugins.module_utils import _blocks, _workloads
 from ansible_collections.stacktune.gpu.plugins.module_utils._blocks import (
     GateSettingError,
     Trial,
@@ -66,9 +67,9 @@ class FakeHost:
         return {"samples_ms": xs}
 
 
-def run_trial(host, policy, settings=None, workloads=("w",)):
+def run_trial(host, policy, settings=None, workloads=("w",), **options):
     clock = iter(range(10**6)).__next__
-    return Trial(list(workloads), host.set_layer, host.measure, policy, settings or SETTINGS, clock).run()
+    return Trial(list(workloads), host.set_layer, host.measure, policy, settings or SETTINGS, clock, **options).run()
 
 
 # ------------------------------------------------------------------------ statistics
@@ -239,10 +240,19 @@ def test_trial_stops_early_when_resolved_and_spends_the_budget_otherwise():
     fast = run_trial(FakeHost(2, effect=0.5), "improve")
     assert fast["decision"] == "keep" and fast["resolved"]
     assert fast["blocks"]["with"] == 4
-    noisy = run_trial(FakeHost(3, effect=1.0, shift_sd=0.3), "no_regression")
+    noisy = run_trial(FakeHost(3, effect=1.0, shift_sd=0.3), "no_regression", stop_early=False)
     assert noisy["blocks"]["with"] == 8
     assert noisy["decision"] == "keep"
     assert noisy["looks"] == 3
+
+
+def test_trial_that_cannot_resolve_stops_at_the_first_look_and_says_why():
+    """30% between blocks: 8 per arm cannot resolve 2%; a lean the budget could not show is no reason to go on."""
+    noisy = run_trial(FakeHost(4, effect=1.0, shift_sd=0.3), "no_regression")
+    assert noisy["blocks"]["with"] == 4
+    assert noisy["decision"] == "keep"
+    assert "cannot resolve the throughput to 2.0%" in noisy["futility"]["w"]
+    assert "stopped early after 4+4 blocks" in noisy["reason"]
 
 
 def test_trial_respects_the_seconds_budget():
@@ -318,10 +328,80 @@ def test_error_rates_on_block_noise(case, policy, effect, stall, want, at_least)
 
 def test_calibrate_reports_noise_per_dimension():
     host = FakeHost(9, shift_sd=0.05)
-    out = _blocks.calibrate(["w"], host.measure, SETTINGS, 12, iter(range(10**6)).__next__)
+    now = [0.0]
+
+    def measure(w):  # a block costs its steps and 0.05 s of start-up on the clock calibrate reads
+        out = host.measure(w)
+        now[0] += 0.05 + sum(out["samples_ms"]) / 1000.0
+        return out
+
+    out = _blocks.calibrate(["w"], measure, SETTINGS, 12, lambda: now[0])
     entry = out["workloads"]["w"]
     assert entry["blocks"] == 12
     tp = entry["dimensions"]["throughput"]
     assert 0.02 < tp["spread_between_blocks"] < 0.09
     assert tp["resolvable_at_budget"] < tp["resolvable_now"] * 1.01
     assert out["table"][0].split()[:3] == ["workload", "dimension", "level"]
+    # 5% between blocks against steps of about 2% each: shorter blocks, and the line to use them
+    steps = entry["steps"]
+    assert steps["steps"] < steps["measured_with"] and "shorter blocks" in steps["why"]
+    assert any(line.strip().startswith("steps per block: %d " % steps["steps"]) for line in out["table"])
+    assert out["table"][-1] == (
+        'to measure with these steps: -e \'{"stacktune_bench_steps_by_workload": {"w": %d}}\'' % steps["steps"]
+    )
+
+
+# ------------------------------------------------------------------------ steps per block
+
+
+def _blocks_with(rng, n, steps, between_sd, inside_sd, level=10.0):
+    out = []
+    for _b in range(n):
+        block_level = level * math.exp(rng.gauss(0.0, between_sd))
+        out.append([block_level * math.exp(rng.gauss(0.0, inside_sd)) for _s in range(steps)])
+    return out
+
+
+def test_steps_for_noise_shortens_blocks_that_differ_more_than_their_steps():
+    rng = random.Random(5)
+    blocks = _blocks_with(rng, 10, 400, between_sd=0.08, inside_sd=0.02)
+    got = _blocks.steps_for_noise(blocks, startup_s=0.5, steps=400)
+    # floor: the steps whose time equals the start-up (0.5 s over a step of about 10 ms)
+    assert got["steps"] == pytest.approx(0.5 / (got["step_ms"] / 1000.0), abs=1)
+    assert got["measured_share"] == pytest.approx(0.5, abs=0.01)
+    assert got["unbounded"] < got["steps"]
+    assert "shorter blocks" in got["why"]
+    assert got["between_sd"] == pytest.approx(0.08, rel=0.5)
+
+
+def test_steps_for_noise_lengthens_blocks_that_hardly_differ():
+    rng = random.Random(6)
+    blocks = _blocks_with(rng, 10, 400, between_sd=0.0, inside_sd=0.05)
+    got = _blocks.steps_for_noise(blocks, startup_s=2.0, steps=400)
+    assert got["steps"] == pytest.approx(6.0 / (got["step_ms"] / 1000.0), abs=1)  # ceiling: 3x the start-up
+    assert "longer blocks" in got["why"]
+
+
+def test_steps_for_noise_balances_the_two_noises_between_its_bounds():
+    rng = random.Random(7)
+    blocks = _blocks_with(rng, 12, 400, between_sd=0.004, inside_sd=0.05)
+    got = _blocks.steps_for_noise(blocks, startup_s=1.0, steps=400)
+    assert 100 <= got["steps"] <= 300
+    assert got["unbounded"] == pytest.approx(got["steps"], abs=1) or got["steps"] in (100, 300)
+
+
+def test_steps_for_noise_needs_four_blocks():
+    assert _blocks.steps_for_noise([[1.0] * 100] * 3, 1.0, 100) is None
+
+
+@pytest.mark.parametrize("workload,shorter", [("dataloader", True), ("h2d_pageable", True), ("gemm", False)])
+def test_steps_for_noise_on_recorded_h200_blocks(workload, shorter):
+    """Real blocks (tests/unit/fixtures/blocks, recorded on two H200): DataLoader and pageable
+    copies differ block to block far more than step to step; GEMM blocks hardly differ."""
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "blocks", "h200x2_%s.json" % workload)
+    with open(path) as handle:
+        rec = json.load(handle)
+    blocks = [b["samples_ms"] for b in rec["arms"]["base"]["blocks"]]
+    got = _blocks.steps_for_noise(blocks, startup_s=1.0, steps=len(blocks[0]))
+    assert (got["steps"] < len(blocks[0])) is shorter, got
+    assert _workloads.DEFAULT_STEPS[workload] < len(blocks[0]) if shorter else _workloads.DEFAULT_STEPS[workload] > 400

@@ -96,11 +96,16 @@ def test_every_role_default_matches_its_own_spec(role):
         ("layer_journal_dir", "/var/lib/../tmp", "layer_journal_dir must be an absolute path without '..'"),
         ("metrics_textfile_path", "/var/lib/x.txt", "metrics_textfile_path must end in .prom"),
         ("stacktune_bench_steps", 5, "stacktune_bench_steps must be at least 10, got 5"),
+        (
+            "stacktune_bench_steps_by_workload",
+            {"gemm": 1800, "dataloader": 3},
+            "stacktune_bench_steps_by_workload.dataloader must be at least 10, got 3",
+        ),
         ("stacktune_bench_timeout", "0", "stacktune_bench_timeout must be at least 1"),
     ],
 )
 def test_rules_the_spec_format_cannot_carry_are_checked_by_name(name, value, message):
-    spec = {name: {"type": "int" if "bench" in name else "str"}}
+    spec = {name: {"type": "dict" if isinstance(value, dict) else ("int" if "bench" in name else "str")}}
     errors = check(spec, {name: value})
     assert len(errors) == 1 and errors[0].startswith(message), errors
 
