@@ -107,6 +107,34 @@ def check_trusted(path, st=None, directory=False):
     return st
 
 
+def trusted_dir(path):
+    """True when the directory exists (and is trusted: UntrustedJournal otherwise)."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return False
+        raise
+    check_trusted(path, st, directory=True)
+    return True
+
+
+def read_trusted(path):
+    """The bytes of a journal file, or None when there is none; read without following a link
+    and refused (UntrustedJournal) when another user could have written it (check_trusted)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return None
+        if exc.errno == errno.ELOOP:
+            check_trusted(path)
+        raise
+    with os.fdopen(fd, "rb") as handle:
+        check_trusted(path, os.fstat(handle.fileno()))
+        return handle.read()
+
+
 def ensure_private_dir(path):
     """Create a directory 0700 (and its missing parents) when it does not exist; an existing
     one must be trusted (check_trusted) and is never chmod'ed."""
@@ -219,17 +247,6 @@ class Journal(object):
         for path in (self.directory, os.path.join(self.directory, "layers")):
             ensure_private_dir(path)
 
-    def _trusted_dir(self, path):
-        """True when the directory exists (and is trusted: UntrustedJournal otherwise)."""
-        try:
-            st = os.lstat(path)
-        except OSError as exc:
-            if exc.errno == errno.ENOENT:
-                return False
-            raise
-        check_trusted(path, st, directory=True)
-        return True
-
     def path(self, layer):
         check_layer_name(layer)
         return os.path.join(self.directory, "layers", "%s.json" % layer)
@@ -269,19 +286,11 @@ class Journal(object):
         """A layer's record, or None when the journal has none; refused (UntrustedJournal) when
         another user could have written it or it is no stacktune record."""
         path = self.path(layer)
-        if not self._trusted_dir(self.directory) or not self._trusted_dir(os.path.dirname(path)):
+        if not trusted_dir(self.directory) or not trusted_dir(os.path.dirname(path)):
             return None
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError as exc:
-            if exc.errno == errno.ENOENT:
-                return None
-            if exc.errno == errno.ELOOP:
-                check_trusted(path)
-            raise
-        with os.fdopen(fd, "rb") as handle:
-            check_trusted(path, os.fstat(handle.fileno()))
-            raw = handle.read()
+        raw = read_trusted(path)
+        if raw is None:
+            return None
         try:
             data = json.loads(raw.decode("utf-8"))
         except ValueError as exc:
@@ -292,7 +301,7 @@ class Journal(object):
 
     def layers(self):
         directory = os.path.join(self.directory, "layers")
-        if not self._trusted_dir(self.directory) or not self._trusted_dir(directory):
+        if not trusted_dir(self.directory) or not trusted_dir(directory):
             return []
         # a file whose name is no layer name (a copy, an editor's backup) is not a layer
         return sorted(name[:-5] for name in os.listdir(directory) if name.endswith(".json") and _LAYER.match(name[:-5]))
@@ -397,13 +406,13 @@ class RunLock(object):
 
     # ---------------------------------------------------------------- file
     def _read(self):
+        # the lock decides who may change the host: read like the journal's records, never
+        # through a link and only when no other user could have written it
+        raw = read_trusted(self.path) if trusted_dir(self.directory) else None
+        if raw is None:
+            return None, []
         try:
-            with open(self.path) as handle:
-                data = json.load(handle)
-        except (IOError, OSError) as exc:
-            if exc.errno == errno.ENOENT:
-                return None, []
-            raise
+            data = json.loads(raw.decode("utf-8"))
         except ValueError:
             return None, []  # a torn file is no lease (writes are atomic; only a foreign file is torn)
         if not isinstance(data, dict):

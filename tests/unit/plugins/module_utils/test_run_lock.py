@@ -13,6 +13,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils._journal import (
     LeaseLost,
     LockTimeout,
     RunLock,
+    UntrustedJournal,
     open_journal,
 )
 
@@ -172,3 +173,27 @@ def test_lease_of_the_earlier_layout_is_still_read(tmp_path):
         json.dump({"run_id": "old", "owner": "x", "expires_ts": time.time() + 60, "since": "t"}, handle)
     with pytest.raises(HostLocked, match="run old"):
         lock.check("new")
+
+
+def test_a_linked_lock_file_is_refused_and_its_target_left_alone(tmp_path):
+    """The lock decides who may change the host: it is read like a journal record, never through a link."""
+    lock = RunLock(str(tmp_path))
+    os.makedirs(lock.directory, mode=0o700)
+    target = tmp_path / "elsewhere.json"
+    target.write_text(json.dumps({"schema": 2, "holder": None, "past": []}))
+    os.symlink(str(target), lock.path)
+    with pytest.raises(UntrustedJournal, match="run.lock is a symbolic link"):
+        lock.holder()
+    with pytest.raises(UntrustedJournal, match="symbolic link"):
+        lock.take("run-a", None, 60)
+    assert json.loads(target.read_text()) == {"schema": 2, "holder": None, "past": []}
+    assert os.path.islink(lock.path)
+
+
+def test_a_lock_file_others_can_write_is_refused(tmp_path):
+    lock = RunLock(str(tmp_path))
+    lock.take("run-a", None, 60)
+    lock.release("run-a")
+    os.chmod(lock.path, 0o666)
+    with pytest.raises(UntrustedJournal, match="writable by its group or by others"):
+        lock.take("run-b", None, 60)
