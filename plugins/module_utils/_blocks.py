@@ -47,14 +47,14 @@ import json
 import math
 import numbers
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._gate import (
+from ansible_collections.stacktune.gpu.plugins.module_utils._verdicts import (
     POLICIES,
-    _check_unit_interval,
-    _latency_verdict,
-    _ms,
-    _sig,
-    _throughput_verdict,
+    check_unit_interval,
+    latency_verdict,
+    ms,
     quantile_label,
+    sig,
+    throughput_verdict,
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils._stats import mean, quantile
 from ansible_collections.stacktune.gpu.plugins.module_utils._workloads import CPU_WORKLOADS, GPU_WORKLOADS
@@ -102,7 +102,7 @@ def _number_value(name, value, low, high, low_open, high_open):
         except ValueError:
             raise GateSettingError("%s must be a number, got %r" % (name, value)) from None
     try:
-        return _check_unit_interval(name, value, low, high, low_open, high_open)
+        return check_unit_interval(name, value, low, high, low_open, high_open)
     except ValueError as exc:
         raise GateSettingError(str(exc)) from None
 
@@ -413,19 +413,19 @@ def _ratio_dim(name, label, bs, as_, at_b, at_a, confidence, band, better_conf=N
     after = math.exp(mean(ys_a))
     out = {
         "label": label,
-        "before": _sig(before),
-        "after": _sig(after),
-        "before_blocks": [_sig(v, 5) for v in bs],
-        "after_blocks": [_sig(v, 5) for v in as_],
-        "tolerance": _sig(band),
+        "before": sig(before),
+        "after": sig(after),
+        "before_blocks": [sig(v, 5) for v in bs],
+        "after_blocks": [sig(v, 5) for v in as_],
+        "tolerance": sig(band),
         "statistic": "geometric mean over blocks",
     }
     if eff is None:
-        out.update(ratio=_sig(after / before), ratio_ci=None, verdict="unknown", resolution=None)
+        out.update(ratio=sig(after / before), ratio_ci=None, verdict="unknown", resolution=None)
         return out, None
     ratio = math.exp(eff["delta"])
     ci = (math.exp(eff["lo"]), math.exp(eff["hi"]))
-    verdict = (_throughput_verdict if name == "throughput" else _latency_verdict)(ratio, ci, band)
+    verdict = (throughput_verdict if name == "throughput" else latency_verdict)(ratio, ci, band)
     sign = 1 if name == "throughput" else -1
     if verdict == "better" and better_conf is not None and not _strictly_better(eff, better_conf, sign):
         verdict = "same"
@@ -437,10 +437,10 @@ def _ratio_dim(name, label, bs, as_, at_b, at_a, confidence, band, better_conf=N
     elif verdict == "worse":
         out["worse_by"] = "whole interval"
     out.update(
-        ratio=_sig(ratio),
-        ratio_ci=[_sig(ci[0]), _sig(ci[1])],
+        ratio=sig(ratio),
+        ratio_ci=[sig(ci[0]), sig(ci[1])],
         verdict=verdict,
-        resolution=_sig(math.exp(eff["half"]) - 1.0, 3),
+        resolution=sig(math.exp(eff["half"]) - 1.0, 3),
         df=eff["df"],
         drift_fitted=eff["trend"],
     )
@@ -453,15 +453,15 @@ def _stall_dim(bs, as_, at_b, at_a, confidence, band, factor, better_conf=None):
     eff = arm_effect(bs, as_, at_b, at_a, confidence)
     out = {
         "label": "steps beyond %gx the median" % factor,
-        "before": _sig(mean(bs)),
-        "after": _sig(mean(as_)),
-        "before_blocks": [_sig(v, 4) for v in bs],
-        "after_blocks": [_sig(v, 4) for v in as_],
-        "tolerance": _sig(band),
+        "before": sig(mean(bs)),
+        "after": sig(mean(as_)),
+        "before_blocks": [sig(v, 4) for v in bs],
+        "after_blocks": [sig(v, 4) for v in as_],
+        "tolerance": sig(band),
         "statistic": "share of steps per block; difference in percentage points",
     }
     if eff is None:
-        out.update(difference=_sig(mean(as_) - mean(bs)), difference_ci=None, verdict="unknown", resolution=None)
+        out.update(difference=sig(mean(as_) - mean(bs)), difference_ci=None, verdict="unknown", resolution=None)
         return out
     lo, hi, d = eff["lo"], eff["hi"], eff["delta"]
     if lo > band:
@@ -478,10 +478,10 @@ def _stall_dim(bs, as_, at_b, at_a, confidence, band, factor, better_conf=None):
     else:
         verdict = "unknown"
     out.update(
-        difference=_sig(d),
-        difference_ci=[_sig(lo), _sig(hi)],
+        difference=sig(d),
+        difference_ci=[sig(lo), sig(hi)],
         verdict=verdict,
-        resolution=_sig(eff["half"], 3),
+        resolution=sig(eff["half"], 3),
         df=eff["df"],
     )
     return out
@@ -523,8 +523,8 @@ def _dim_phrase(dim, block, confidence):
         )
     return "%s %s -> %s ms (x%.3g, %.3g%% CI x%.3g-x%.3g)" % (
         block["label"],
-        _ms(block["before"]),
-        _ms(block["after"]),
+        ms(block["before"]),
+        ms(block["after"]),
         block["ratio"],
         confidence * 100.0,
         block["ratio_ci"][0],
@@ -660,9 +660,9 @@ def judge_blocks(
         "n_after": sum(len(x) for x in a["blocks"]),
         "confidence": s["confidence"],
         "looks": looks,
-        "confidence_per_look": _sig(conf_look),
-        "confidence_better": _sig(conf_better),
-        "stall_ms": _sig(stall_ms),
+        "confidence_per_look": sig(conf_look),
+        "confidence_better": sig(conf_better),
+        "stall_ms": sig(stall_ms),
         "tolerances": {
             "tail": s["tail_tolerance"],
             "min_gain": s["min_gain"],
@@ -1370,11 +1370,11 @@ def steps_for_noise(blocks, startup_s, steps):
     return {
         "steps": chosen,
         "measured_with": steps,
-        "between_sd": _sig(math.sqrt(between), 3),
-        "inside_sd": _sig(math.sqrt(inside), 3),
-        "step_ms": _sig(step_s * 1000.0, 4),
-        "startup_s": _sig(startup, 3),
-        "measured_share": _sig(chosen * step_s / (startup + chosen * step_s), 3),
+        "between_sd": sig(math.sqrt(between), 3),
+        "inside_sd": sig(math.sqrt(inside), 3),
+        "step_ms": sig(step_s * 1000.0, 4),
+        "startup_s": sig(startup, 3),
+        "measured_share": sig(chosen * step_s / (startup + chosen * step_s), 3),
         "unbounded": best,
         "why": why,
     }
@@ -1412,8 +1412,8 @@ def calibrate(workloads, measure, settings, blocks, clock):
         entry = {
             "blocks": len(got),
             "void_blocks": voids[w],
-            "seconds_per_block": _sig(seconds[w] / blocks, 3),
-            "measured_seconds_per_block": _sig(measured[w] / blocks, 3),
+            "seconds_per_block": sig(seconds[w] / blocks, 3),
+            "measured_seconds_per_block": sig(measured[w] / blocks, 3),
         }
         out[w] = entry
         if len(got) < 4:
@@ -1458,13 +1458,13 @@ def calibrate(workloads, measure, settings, blocks, clock):
                 df_budget = 2 * settings["max_blocks"] - (3 if block.get("drift_fitted", True) else 2)
                 at_budget = half_at_budget(dim, half_now, df_now, df_budget, per_arm, settings["max_blocks"], conf)
             dims[dim] = {
-                "level": _sig(level, 4),
-                "spread_between_blocks": _sig(spread, 3),
-                "min": _sig(min(vals), 4),
-                "max": _sig(max(vals), 4),
+                "level": sig(level, 4),
+                "spread_between_blocks": sig(spread, 3),
+                "min": sig(min(vals), 4),
+                "max": sig(max(vals), 4),
                 "aa_verdict": block["verdict"],
                 "resolvable_now": half_now,
-                "resolvable_at_budget": _sig(at_budget, 3),
+                "resolvable_at_budget": sig(at_budget, 3),
             }
         entry.update(dimensions=dims, aa_decision=res["decision"], aa_reason=res["reason"])
         startup = (seconds[w] - measured[w]) / blocks
@@ -1472,7 +1472,7 @@ def calibrate(workloads, measure, settings, blocks, clock):
     return {
         "workloads": out,
         "table": calibration_table(out, settings),
-        "confidence_per_look": _sig(conf),
+        "confidence_per_look": sig(conf),
         "looks": looks,
         "budget": {k: settings[k] for k in ("min_blocks", "max_blocks", "max_seconds")},
     }

@@ -57,9 +57,18 @@ import random
 import struct
 from statistics import NormalDist
 
+from ansible_collections.stacktune.gpu.plugins.module_utils import _blocks
 from ansible_collections.stacktune.gpu.plugins.module_utils._stats import mean, quantile, stdev
+from ansible_collections.stacktune.gpu.plugins.module_utils._verdicts import (
+    POLICIES,
+    check_unit_interval,
+    latency_verdict,
+    ms,
+    quantile_label,
+    sig,
+    throughput_verdict,
+)
 
-POLICIES = ("improve", "no_regression")
 DEFAULT_RESAMPLES = 2000
 # A ladder quantile above tail_quantile decides only with at least this many samples above it.
 LADDER_MIN_ABOVE = 10
@@ -69,35 +78,8 @@ P999 = 0.999
 # --------------------------------------------------------------------------- helpers
 
 
-def _sig(x, digits=6):
-    """Round to ``digits`` significant digits (JSON-friendly floats)."""
-    if x is None:
-        return None
-    if x == 0 or not math.isfinite(x):
-        return float(x)
-    return float("%.*g" % (digits, x))
-
-
 def _ci(pair, digits=6):
-    return None if pair is None else [_sig(pair[0], digits), _sig(pair[1], digits)]
-
-
-def quantile_label(q):
-    """``0.99`` -> ``"p99"``, ``0.999`` -> ``"p99.9"``, ``0.5`` -> ``"p50"``."""
-    return "p%s" % ("%.6g" % (q * 100.0))
-
-
-def _check_unit_interval(name, value, low, high, low_open=True, high_open=True):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise ValueError("%s must be a number, got %r" % (name, value))
-    too_low = value <= low if low_open else value < low
-    too_high = value >= high if high_open else value > high
-    if too_low or too_high:
-        raise ValueError(
-            "%s must be in %s%g, %g%s, got %r"
-            % (name, "(" if low_open else "[", low, high, ")" if high_open else "]", value)
-        )
-    return float(value)
+    return None if pair is None else [sig(pair[0], digits), sig(pair[1], digits)]
 
 
 def _samples(value, name):
@@ -294,28 +276,6 @@ def _ratio(a, b):
 # ---------------------------------------------------------------- verdict rules
 
 
-def _latency_verdict(ratio, ci, band):
-    lo, hi = ci
-    if lo > 1.0 + band:
-        return "worse"
-    if hi < 1.0 and ratio <= 1.0 - band:
-        return "better"
-    if hi <= 1.0 + band:
-        return "same"
-    return "unknown"
-
-
-def _throughput_verdict(ratio, ci, band):
-    lo, hi = ci
-    if hi < 1.0 - band:
-        return "worse"
-    if lo > 1.0 and ratio >= 1.0 + band:
-        return "better"
-    if lo >= 1.0 - band:
-        return "same"
-    return "unknown"
-
-
 def _quantile_block(rng, before, after, q, confidence, resamples, band):
     b_q, a_q = quantile(before, q), quantile(after, q)
     boot_b = _boot_quantile(rng, before, q, resamples)
@@ -324,7 +284,7 @@ def _quantile_block(rng, before, after, q, confidence, resamples, band):
     ratio_ci = _percentile_ci(ratios, confidence)
     ratio = _ratio(a_q, b_q)
     before_ci, after_ci = order_stat_ci(before, q, confidence), order_stat_ci(after, q, confidence)
-    verdict = _latency_verdict(ratio, ratio_ci, band)
+    verdict = latency_verdict(ratio, ratio_ci, band)
     if (
         verdict in ("better", "same")
         and before_ci is not None
@@ -364,7 +324,7 @@ def _tail_mean_block(rng, before, after, q, confidence, resamples, band):
         "after_ci": None,
         "ratio": ratio,
         "ratio_ci": ratio_ci,
-        "verdict": _latency_verdict(ratio, ratio_ci, band),
+        "verdict": latency_verdict(ratio, ratio_ci, band),
         "tolerance": band,
     }
 
@@ -374,10 +334,10 @@ def _round_block(block):
         return None
     out = dict(block)
     for key in ("before", "after", "ratio"):
-        out[key] = _sig(out[key])
+        out[key] = sig(out[key])
     for key in ("before_ci", "after_ci", "ratio_ci"):
         out[key] = _ci(out[key])
-    out["tolerance"] = _sig(out["tolerance"])
+    out["tolerance"] = sig(out["tolerance"])
     if "ladder" in out:
         out["ladder"] = [_round_block(b) for b in out["ladder"]]
     return out
@@ -404,7 +364,7 @@ def _throughput_block(before, after, tp_b, tp_a, confidence, band):
         "after": tp_a,
         "ratio": ratio,
         "ci": ci,
-        "verdict": _throughput_verdict(ratio, ci, band),
+        "verdict": throughput_verdict(ratio, ci, band),
         "tolerance": band,
         "source": source,
         "method": "delta method on log(mean step time)",
@@ -428,10 +388,6 @@ def _pctci(ci, confidence):
     return "%g%% CI %s to %s" % (confidence * 100, _pct(ci[0]), _pct(ci[1]))
 
 
-def _ms(v):
-    return "%.3g" % v if v < 100 else "%.1f" % v
-
-
 def _tp_phrase(tp, confidence):
     r = tp["ratio"]
     word = "rose" if r >= 1 else "fell"
@@ -441,8 +397,8 @@ def _tp_phrase(tp, confidence):
 def _lat_phrase(block, confidence):
     return "%s %s -> %s ms (x%.3g, %s)" % (
         block["label"],
-        _ms(block["before"]),
-        _ms(block["after"]),
+        ms(block["before"]),
+        ms(block["after"]),
         block["ratio"],
         _xci(block["ratio_ci"], confidence),
     )
@@ -482,7 +438,6 @@ def judge(
     ``_blocks.judge_blocks`` (``stall_factor``, ``stall_tolerance`` and ``looks`` apply there
     only). See docs/gate.md for the rules. Raises ValueError naming the offending argument.
     """
-    from ansible_collections.stacktune.gpu.plugins.module_utils import _blocks  # noqa: PLC0415 - _blocks imports this module
 
     if _blocks.is_blocks(before) or _blocks.is_blocks(after):
         if not (_blocks.is_blocks(before) and _blocks.is_blocks(after)):
@@ -502,10 +457,10 @@ def judge(
         )
     if policy not in POLICIES:
         raise ValueError("policy must be one of %s, got %r" % (", ".join(POLICIES), policy))
-    q = _check_unit_interval("tail_quantile", tail_quantile, 0.5, 1.0)
-    tol = _check_unit_interval("tail_tolerance", tail_tolerance, 0.0, 1.0, low_open=False)
-    gain = _check_unit_interval("min_gain", min_gain, 0.0, 1.0, low_open=False)
-    confidence = _check_unit_interval("confidence", confidence, 0.5, 1.0)
+    q = check_unit_interval("tail_quantile", tail_quantile, 0.5, 1.0)
+    tol = check_unit_interval("tail_tolerance", tail_tolerance, 0.0, 1.0, low_open=False)
+    gain = check_unit_interval("min_gain", min_gain, 0.0, 1.0, low_open=False)
+    confidence = check_unit_interval("confidence", confidence, 0.5, 1.0)
     if not isinstance(final, bool):
         raise ValueError("final must be a boolean, got %r" % (final,))
     if isinstance(resamples, bool) or not isinstance(resamples, int) or not 100 <= resamples <= 1000000:
@@ -514,8 +469,8 @@ def judge(
         raise ValueError("seed must be an integer or None, got %r" % (seed,))
     xb, tp_b = _samples(before, "before")
     xa, tp_a = _samples(after, "after")
-    factor = _check_unit_interval("stall_factor", stall_factor, 1.0, 1000.0)
-    stall_tol = _check_unit_interval("stall_tolerance", stall_tolerance, 0.0, 1.0, low_open=False)
+    factor = check_unit_interval("stall_factor", stall_factor, 1.0, 1000.0)
+    stall_tol = check_unit_interval("stall_tolerance", stall_tolerance, 0.0, 1.0, low_open=False)
 
     eff_tol, eff_gain, eff_p50 = tol, gain, gain
 
@@ -534,7 +489,7 @@ def judge(
         "n_after": n_a,
         "confidence": confidence,
         "resamples": resamples,
-        "tolerances": {"tail": _sig(eff_tol), "min_gain": _sig(eff_gain), "p50": _sig(eff_p50)},
+        "tolerances": {"tail": sig(eff_tol), "min_gain": sig(eff_gain), "p50": sig(eff_p50)},
         "throughput": None,
         "p50": None,
         "tail": None,
@@ -558,16 +513,16 @@ def judge(
     tp = _throughput_block(xb, xa, tp_b, tp_a, confidence, eff_gain)
     p50 = _quantile_block(rng, xb, xa, 0.5, confidence, resamples, eff_p50)
     result["throughput"] = {
-        "before": _sig(tp["before"]),
-        "after": _sig(tp["after"]),
-        "ratio": _sig(tp["ratio"]),
+        "before": sig(tp["before"]),
+        "after": sig(tp["after"]),
+        "ratio": sig(tp["ratio"]),
         "ci": _ci(tp["ci"]),
         "verdict": tp["verdict"],
-        "tolerance": _sig(tp["tolerance"]),
+        "tolerance": sig(tp["tolerance"]),
         "source": tp["source"],
         "method": tp["method"],
-        "mean_ms_before": _sig(tp["mean_ms_before"]),
-        "mean_ms_after": _sig(tp["mean_ms_after"]),
+        "mean_ms_before": sig(tp["mean_ms_before"]),
+        "mean_ms_after": sig(tp["mean_ms_after"]),
     }
     result["p50"] = _round_block(p50)
     result["verdicts"]["throughput"] = tp["verdict"]
@@ -659,13 +614,13 @@ def stall_test(before, after, factor, tolerance, confidence):
         verdict = "unknown"
     return {
         "label": "steps beyond %gx the median" % factor,
-        "threshold_ms": _sig(threshold),
+        "threshold_ms": sig(threshold),
         "count_before": kb,
         "count_after": ka,
-        "before": _sig(kb / float(nb)),
-        "after": _sig(ka / float(na)),
-        "difference": _sig(difference),
-        "p_value": _sig(p_worse, 3),
+        "before": sig(kb / float(nb)),
+        "after": sig(ka / float(na)),
+        "difference": sig(difference),
+        "p_value": sig(p_worse, 3),
         "tolerance": tolerance,
         "verdict": verdict,
     }
@@ -691,14 +646,14 @@ def _decide_flat(result, worst_tail, short_reason, tp=None, p50=None, tail=None)
             where = " for the tail from %s up (%s %s -> %s ms)" % (
                 tail["label"],
                 tail["label"],
-                _ms(tail["before"]),
-                _ms(tail["after"]),
+                ms(tail["before"]),
+                ms(tail["after"]),
             )
         result["decision"] = "rollback"
         result["reason"] = "rollback: %s rose %s -> %s ms (x%.3g, %s) beyond the %s tolerance%s, %s" % (
             worst_tail["label"],
-            _ms(worst_tail["before"]),
-            _ms(worst_tail["after"]),
+            ms(worst_tail["before"]),
+            ms(worst_tail["after"]),
             worst_tail["ratio"],
             _xci(worst_tail["ratio_ci"], conf),
             tol_pct,
@@ -718,7 +673,7 @@ def _decide_flat(result, worst_tail, short_reason, tp=None, p50=None, tail=None)
                 result["n_before"],
                 stalls["count_after"],
                 result["n_after"],
-                _ms(stalls["threshold_ms"]),
+                ms(stalls["threshold_ms"]),
                 stalls["label"],
                 stalls["p_value"],
                 stalls["tolerance"] * 100.0,
