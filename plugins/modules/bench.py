@@ -431,10 +431,38 @@ def exit_words(rc):
     return "exit status %s" % rc
 
 
+RUNNER_PREFIX = "stacktune-runner-"
+
+
+def sweep_runner_folders(base):
+    """Remove the folders of runners that are gone (killed with SIGKILL, their host's power cut
+    short of a reboot): this user's, whose socket no runner answers on any more."""
+    removed = []
+    for name in os.listdir(base):
+        path = os.path.join(base, name)
+        if not name.startswith(RUNNER_PREFIX) or os.path.islink(path) or not os.path.isdir(path):
+            continue
+        if os.lstat(path).st_uid != os.geteuid():
+            continue
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.settimeout(0.5)
+            try:
+                probe.connect(os.path.join(path, "runner.sock"))
+                continue  # a runner answers there: another run's, or this one's
+            except (ConnectionRefusedError, FileNotFoundError):
+                pass
+            except OSError:
+                continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
 def runner_folder():
     """A private folder (0700) for a runner's socket, program and block outputs."""
-    base = "/run" if os.access("/run", os.W_OK) else None
-    folder = tempfile.mkdtemp(prefix="stacktune-runner-", dir=base)
+    base = "/run" if os.access("/run", os.W_OK) else tempfile.gettempdir()
+    sweep_runner_folders(base)
+    folder = tempfile.mkdtemp(prefix=RUNNER_PREFIX, dir=base)
     os.chmod(folder, 0o700)
     return folder
 

@@ -78,3 +78,24 @@ def test_the_runner_ends_when_its_run_loses_the_host(tmp_path, monkeypatch):
     lock.write_text(json.dumps({"holder": None, "past": [{"run_id": "r1", "ended": "released"}]}))
     proc.wait(10)
     assert not os.path.exists(os.path.dirname(sock))
+
+
+def test_a_killed_runners_folder_is_swept_and_a_live_ones_kept(runner, tmp_path):
+    """SIGKILL leaves a runner's folder behind; the next runner's start removes it, never a live one's."""
+    import socket
+
+    dead = tmp_path / (bench.RUNNER_PREFIX + "dead")
+    dead.mkdir(mode=0o700)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as gone:
+        gone.bind(str(dead / "runner.sock"))  # bound, never listening again: what a killed runner leaves
+    (dead / "out-1").write_text("{}")
+    no_socket = tmp_path / (bench.RUNNER_PREFIX + "nosocket")
+    no_socket.mkdir(mode=0o700)
+    other = tmp_path / "stacktune-other"
+    other.mkdir()
+    live = os.path.dirname(runner["runner_socket"])
+    assert set(bench.sweep_runner_folders(str(tmp_path))) == {str(dead), str(no_socket)}
+    assert not dead.exists() and not no_socket.exists() and other.exists()
+    # the live runner of the fixture, in its own base folder, answers and stays
+    assert str(live) not in bench.sweep_runner_folders(os.path.dirname(live))
+    assert os.path.exists(runner["runner_socket"])
