@@ -1331,8 +1331,9 @@ def steps_for_noise(blocks, startup_s, steps):
     steps / k)``, least at ``k = sqrt(c * inside * steps / (t * between))``: where between-block
     noise dominates, more and shorter blocks; where the noise inside a block does, longer ones.
     The choice is kept between the steps whose time equals the start-up (half of every block
-    measured) and three times that, and within :data:`STEPS_BOUNDS`. Returns None with fewer
-    than 4 blocks.
+    measured) and three times that, no shorter than half the steps measured (a prediction of
+    shorter blocks is checked by calibrating again there), and within :data:`STEPS_BOUNDS`.
+    Returns None with fewer than 4 blocks.
     """
     usable = [b for b in blocks if len(b) >= 2 * BATCHES]
     if len(usable) < 4:
@@ -1348,7 +1349,10 @@ def steps_for_noise(blocks, startup_s, steps):
     between = max(observed - inside, 0.0)
     step_s = quantile(sorted(mean(b) for b in usable), 0.5) / 1000.0
     startup = max(float(startup_s), 0.0)
-    low = max(STEPS_BOUNDS[0], int(math.ceil(startup / step_s)))
+    # Shorter blocks are a prediction from inside one: on the one-H200 host 80-step DataLoader
+    # blocks varied far more than ten 40-step batches of 400-step ones had said (the workers'
+    # bursts span batches), so one calibration halves the steps at most; measure again there.
+    low = max(STEPS_BOUNDS[0], int(math.ceil(startup / step_s)), steps // 2)
     high = min(STEPS_BOUNDS[1], max(low, int(math.ceil(3.0 * startup / step_s))))
     if between <= 0.0 or inside <= 0.0:
         best = None if between <= 0.0 else 0
@@ -1358,7 +1362,7 @@ def steps_for_noise(blocks, startup_s, steps):
     if chosen < steps:
         why = "blocks differ more than the steps inside one: more, shorter blocks"
         if best is not None and best < low:
-            why += " (none shorter than the start-up)"
+            why += " (the noise asks for %d: at most half as many per calibration, none shorter than the start-up)" % best
     elif chosen == steps:
         why = "as measured"
     elif best is None or best > high:

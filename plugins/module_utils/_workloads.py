@@ -59,17 +59,15 @@ DEFAULT_SIZE = {
     "mem_touch": 32,
     "cpu_train_step": 16,
 }
-# Measured steps per block when none are given. For the GPU workloads, what
-# ``_blocks.steps_for_noise`` chose from blocks recorded on H200 hosts (tests/unit/fixtures/blocks)
-# with the start-up a block cost there through the block runner: shorter blocks where blocks
-# differ from each other more than steps inside one do (DataLoader, pageable copies), longer
-# ones where they hardly differ (GEMM, all-reduce). ``make calibrate`` prints the choice for a
-# host's own noise; the others take DEFAULT_STEPS_OTHER.
+# Measured steps per block when none are given. Longer blocks where ``_blocks.steps_for_noise``
+# found that blocks recorded on H200 hosts (tests/unit/fixtures/blocks) hardly differ from each
+# other, with the start-up a block cost there through the block runner: three times the
+# start-up's worth of steps for GEMM and all-reduce, the start-up's worth for the training step.
+# Where it asked for shorter blocks (DataLoader, copies) the default stays at 400: on the
+# one-H200 host 80-step DataLoader blocks resolved less per second than 400-step ones.
+# ``make calibrate`` prints the choice for a host's own noise.
 DEFAULT_STEPS = {
     "gemm": 1800,
-    "h2d_pinned": 250,
-    "h2d_pageable": 50,
-    "dataloader": 80,
     "allreduce": 5000,
     "train_step": 700,
 }
