@@ -1362,7 +1362,7 @@ def steps_for_noise(blocks, startup_s, steps):
     if chosen < steps:
         why = "blocks differ more than the steps inside one: more, shorter blocks"
         if best is not None and best < low:
-            why += " (the noise asks for %d: at most half as many per calibration, none shorter than the start-up)" % best
+            why += " (the noise asks for %d: at most half as many per calibration, none below the start-up)" % best
     elif chosen == steps:
         why = "as measured"
     elif best is None or best > high:
