@@ -15,7 +15,7 @@ In one run, interleaved N times each:
 Prints a Markdown table of wall times (median, p90, min) and the drift/ping ratio of
 the medians. The drift run exits non-zero when it finds drift; the exit codes are shown.
 By default the metrics file goes to a temporary directory so that a benchmark on the
-controller leaves /var/lib/node_exporter alone (--metrics-path to change it).
+controller leaves node_exporter's textfile directory alone (--metrics-dir to change it).
 
 Run from the repository root:
 
@@ -87,7 +87,9 @@ def main():
     parser.add_argument("-n", "--repeat", type=int, default=5, help="runs of each command (default 5)")
     parser.add_argument("-i", "--inventory", default=None, help="inventory (default: ansible.cfg's, this machine)")
     parser.add_argument("-l", "--limit", default="all", help="host pattern (default all)")
-    parser.add_argument("--metrics-path", default=None, help="metrics file on the hosts (default: a temporary file)")
+    parser.add_argument(
+        "--metrics-dir", default=None, help="stacktune_metrics_dir on the hosts (default: a temporary directory)"
+    )
     parser.add_argument("--show-output", action="store_true", help="print the last drift run's line per host")
     args = parser.parse_args()
     ansible = find_tool("ansible")
@@ -100,10 +102,10 @@ def main():
     local = os.path.join(REPO, "inventories", "local", "hosts.yml")
     inventory_path = os.path.abspath(os.path.expanduser(args.inventory or local))
     scratch = tempfile.mkdtemp(prefix="stacktune-drift-bench-")
-    metrics_path = args.metrics_path or os.path.join(scratch, "stacktune.prom")
+    metrics_dir = args.metrics_dir or os.path.join(scratch, "textfile")
     ping = [ansible, args.limit, "-i", inventory_path, "-m", "ansible.builtin.ping", "-o"]
     drift_playbook = os.path.join(REPO, "playbooks", "drift.yml")
-    extravars = {"metrics_textfile_path": metrics_path}
+    extravars = {"stacktune_metrics_dir": metrics_dir}
 
     timed(ping, env)  # warm caches (interpreter discovery, page cache) before measuring
     times = {"ping": [], "drift": []}

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Set up what `make tune` and `make test` need on a fresh Debian/Ubuntu machine.
 #   tools/bootstrap.sh run   -> .venv with the runtime requirements
-#   tools/bootstrap.sh test  -> the above, the test requirements, and (as root) podman,
-#                               runc and debootstrap for the molecule scenarios
+#   tools/bootstrap.sh test  -> the above, the test requirements, (as root) podman,
+#                               runc and debootstrap for the molecule scenarios, and promtool
+#                               (from Debian's prometheus package) in .venv/bin for the
+#                               metrics tests
 # Re-running is cheap: each step is skipped when already done.
 set -euo pipefail
 what="${1:-run}"
@@ -40,6 +42,24 @@ if [ ! -e "$run_stamp" ]; then
   touch "$run_stamp"
 fi
 
+# promtool from Debian/Ubuntu's prometheus package, unpacked into the venv: installing the
+# package would also install and start (through its init script, where there is no systemd)
+# a Prometheus server, which the tests do not want.
+promtool_install() {
+  command -v promtool >/dev/null && return 0
+  [ -x "$venv/bin/promtool" ] && return 0
+  command -v apt-get >/dev/null || { echo "stacktune: please install promtool (package prometheus)" >&2; return 1; }
+  local tmp
+  tmp="$(mktemp -d)"
+  as_root apt-get update -qq
+  (cd "$tmp" && apt-get download -qq prometheus >/dev/null 2>&1) \
+    || { rm -rf "$tmp"; echo "stacktune: apt-get download prometheus failed" >&2; return 1; }
+  dpkg-deb --fsys-tarfile "$tmp"/prometheus_*.deb | tar -x -C "$tmp" ./usr/bin/promtool
+  install -m 0755 "$tmp/usr/bin/promtool" "$venv/bin/promtool"
+  rm -rf "$tmp"
+  echo "stacktune: promtool $("$venv/bin/promtool" --version 2>&1 | head -1 | cut -d' ' -f3) in $venv/bin"
+}
+
 if [ "$what" = "test" ]; then
   test_stamp="$(stamp test requirements-test.txt)"
   if [ ! -e "$test_stamp" ]; then
@@ -50,4 +70,5 @@ if [ "$what" = "test" ]; then
     || ! command -v shellcheck >/dev/null; then
     apt_install podman runc debootstrap shellcheck
   fi
+  promtool_install
 fi

@@ -16,7 +16,13 @@ import os
 
 from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
-from ansible_collections.stacktune.gpu.plugins.module_utils._varspec import UNDECLARED, MISSING, check, misspelled
+from ansible_collections.stacktune.gpu.plugins.module_utils._varspec import (
+    UNDECLARED,
+    MISSING,
+    check,
+    misspelled,
+    renamed,
+)
 
 # the collection's roles (this file is plugins/action/check_vars.py)
 ROLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__)))), "roles")
@@ -65,6 +71,7 @@ class ActionModule(ActionBase):
                 continue
             values[name] = value
         errors.extend(check(options, values))
+        errors.extend(renamed(task_vars))
         if self._task.args.get("typos") and not self._templar.template(
             task_vars.get("stacktune_allow_unknown_vars", False)
         ):

@@ -1071,18 +1071,31 @@ def write_record(journal_dir, record, lock_timeout=60):
         journal.unlock()
 
 
-# (name, help), in the order they are written; every family is a gauge.
+# The file's name in node_exporter's textfile directory (stacktune_metrics_dir).
+METRICS_FILE = "stacktune_acceptance.prom"
+
+# (name, help), in the order they are written; every family is a gauge. Base units
+# (bytes per second, seconds) and ratios, as Prometheus names them.
 METRIC_FAMILIES = (
     ("stacktune_acceptance_verdict", "Verdict of the last acceptance: 1 for the verdict given, 0 for the others."),
     ("stacktune_acceptance_exit_code", "Exit code of the last acceptance: 0 pass, 1 warn, 2 reject."),
     ("stacktune_acceptance_timestamp_seconds", "Unix time of the last acceptance."),
     ("stacktune_acceptance_problems", "Checks of the last acceptance that warned or rejected, by check and severity."),
-    ("stacktune_acceptance_bandwidth_gbps", "Measured bandwidth in GB/s per GPU and path."),
-    ("stacktune_acceptance_bandwidth_fraction", "Measured bandwidth as a fraction of what the link or memory carries."),
-    ("stacktune_acceptance_p2p_bandwidth_gbps", "Peer-to-peer copy bandwidth in GB/s per GPU pair."),
-    ("stacktune_acceptance_p2p_fraction", "Peer-to-peer bandwidth as a fraction of the NVLink or PCIe limit."),
+    (
+        "stacktune_acceptance_bandwidth_bytes_per_second",
+        "Measured copy bandwidth per GPU and path, in bytes per second.",
+    ),
+    (
+        "stacktune_acceptance_bandwidth_ratio",
+        "Measured bandwidth over what the link or memory carries (PCIe, memory), per GPU and path.",
+    ),
+    (
+        "stacktune_acceptance_p2p_bandwidth_bytes_per_second",
+        "Peer-to-peer copy bandwidth per GPU pair, in bytes per second.",
+    ),
+    ("stacktune_acceptance_p2p_bandwidth_ratio", "Peer-to-peer bandwidth over the NVLink or PCIe limit, per GPU pair."),
     ("stacktune_acceptance_p2p_latency_seconds", "Time of a small peer-to-peer copy, launch included."),
-    ("stacktune_acceptance_sm_clock_fraction", "Median SM clock under the burn-in GEMM as a fraction of the maximum."),
+    ("stacktune_acceptance_sm_clock_ratio", "Median SM clock under the burn-in GEMM over the GPU's maximum SM clock."),
     ("stacktune_acceptance_remapped_rows", "Rows remapped by the GPU, by cause (correctable, uncorrectable)."),
     ("stacktune_acceptance_remap_pending", "1 when a row remapping waits for a GPU reset."),
     ("stacktune_acceptance_remap_failure", "1 when a row remapping has failed."),
@@ -1094,6 +1107,11 @@ def _sample(name, labels, value):
         inner = ",".join('%s="%s"' % (k, escape_label(v)) for k, v in sorted(labels.items()))
         return "%s{%s} %s" % (name, inner, format_value(value))
     return "%s %s" % (name, format_value(value))
+
+
+def _bytes_per_second(gbps):
+    """GB/s (10^9 bytes per second, as the measurements are kept) in bytes per second."""
+    return round(float(gbps) * 1e9)
 
 
 def render_metrics(record):
@@ -1114,23 +1132,25 @@ def render_metrics(record):
         for path in ("h2d_local", "d2h_local", "h2d_remote", "d2h_remote", "memory"):
             entry = entries.get(path) or {}
             if _number(entry.get("gbps")) is not None:
-                samples["stacktune_acceptance_bandwidth_gbps"].append(({"gpu": gpu, "path": path}, entry["gbps"]))
-            if _number(entry.get("fraction")) is not None:
-                samples["stacktune_acceptance_bandwidth_fraction"].append(
-                    ({"gpu": gpu, "path": path}, entry["fraction"])
+                samples["stacktune_acceptance_bandwidth_bytes_per_second"].append(
+                    ({"gpu": gpu, "path": path}, _bytes_per_second(entry["gbps"]))
                 )
+            if _number(entry.get("fraction")) is not None:
+                samples["stacktune_acceptance_bandwidth_ratio"].append(({"gpu": gpu, "path": path}, entry["fraction"]))
     for pair, entry in sorted((measurements.get("pairs") or {}).items()):
         src, _sep, dst = pair.partition("->")
         labels = {"src": src, "dst": dst}
         if _number(entry.get("gbps")) is not None:
-            samples["stacktune_acceptance_p2p_bandwidth_gbps"].append((labels, entry["gbps"]))
+            samples["stacktune_acceptance_p2p_bandwidth_bytes_per_second"].append(
+                (labels, _bytes_per_second(entry["gbps"]))
+            )
         if _number(entry.get("fraction")) is not None:
-            samples["stacktune_acceptance_p2p_fraction"].append((labels, entry["fraction"]))
+            samples["stacktune_acceptance_p2p_bandwidth_ratio"].append((labels, entry["fraction"]))
         if _number(entry.get("latency_us")) is not None:
             samples["stacktune_acceptance_p2p_latency_seconds"].append((labels, entry["latency_us"] / 1e6))
     for gpu, clock in sorted((measurements.get("clocks") or {}).items()):
         if _number(clock.get("median_fraction")) is not None:
-            samples["stacktune_acceptance_sm_clock_fraction"].append(({"gpu": gpu}, clock["median_fraction"]))
+            samples["stacktune_acceptance_sm_clock_ratio"].append(({"gpu": gpu}, clock["median_fraction"]))
     uuids = {g.get("uuid"): "gpu%s" % g.get("index") for g in record.get("gpus") or []}
     for key, snap in sorted((record.get("health") or {}).items()):
         rows = (snap or {}).get("remapped_rows") or {}

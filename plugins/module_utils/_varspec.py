@@ -43,7 +43,10 @@ RULES = {
     "*_journal_dir": {"absolute": True, "follows": "stacktune_journal_dir"},
     # empty writes no acceptance record
     "acceptance_journal_dir": {"absolute": True, "empty_ok": True, "follows": "stacktune_journal_dir"},
-    "metrics_textfile_path": {"absolute": True, "endswith": ".prom"},
+    # node_exporter's textfile directory, or auto (found on the host: _node_exporter.py); the
+    # roles' metrics_dir and acceptance_metrics_dir follow stacktune_metrics_dir
+    "metrics_dir": {"absolute": True, "words_ok": ("auto",), "follows": "stacktune_metrics_dir"},
+    "acceptance_metrics_dir": {"absolute": True, "words_ok": ("auto",), "follows": "stacktune_metrics_dir"},
     "stacktune_bench_steps": {"min": 10},
     "stacktune_bench_steps_by_workload": {"values_min": 10},
     "stacktune_bench_warmup": {"min": 0},
@@ -72,9 +75,12 @@ def _check_rule(name, rule, value, errors):
         text = str(value)
         if text == "" and rule.get("empty_ok"):
             return
+        if text in rule.get("words_ok", ()):
+            return
         parts = text.split("/")
         if not text.startswith("/") or ".." in parts:
-            errors.append("%s must be an absolute path without '..', %s" % (name, given))
+            words = "".join(" or %s" % word for word in rule.get("words_ok", ()))
+            errors.append("%s must be an absolute path without '..'%s, %s" % (name, words, given))
             return
         if rule.get("endswith") and not text.endswith(rule["endswith"]):
             errors.append("%s must end in %s, %s" % (name, rule["endswith"], given))
@@ -239,8 +245,29 @@ UNDECLARED = (
     "stacktune_results",
     "stacktune_expected_gpu_count",
     "stacktune_psu_capacity_watts",
+    "stacktune_metrics_dir",
     "stacktune_platform_watts",
 )
+
+
+# Variables the collection no longer reads, with what replaced them. Set anywhere, they are
+# refused (a run would otherwise ignore them and write somewhere else than asked).
+RENAMED = {
+    "metrics_textfile_path": "stacktune_metrics_dir (the directory; the file in it is stacktune.prom)",
+    "acceptance_metrics_path": (
+        "stacktune_metrics_dir (the directory; the file in it is stacktune_acceptance.prom), "
+        "or acceptance_metrics_enabled: false to write none"
+    ),
+}
+
+
+def renamed(names):
+    """A message for every name in ``names`` that :data:`RENAMED` lists."""
+    return [
+        "%s is no longer a variable of stacktune.gpu; use %s" % (name, RENAMED[name])
+        for name in sorted(names)
+        if name in RENAMED
+    ]
 
 
 def edit_distance(a, b, most=2):
@@ -266,7 +293,7 @@ def misspelled(names, known, most=2, shortest=8):
     known = set(known)
     out = []
     for name in sorted(names):
-        if name in known or name.startswith(("_", "ansible_")) or len(name) < shortest:
+        if name in known or name in RENAMED or name.startswith(("_", "ansible_")) or len(name) < shortest:
             continue
         best = min(known, key=lambda k: (edit_distance(name, k, most), k)) if known else None
         if best is not None and edit_distance(name, best, most) <= most:

@@ -25,6 +25,8 @@ description:
     variables are reported at once.
   - Every role of the collection calls it first, so a role included directly validates its
     variables like C(tune.yml) does.
+  - A variable the collection no longer reads (C(metrics_textfile_path), C(acceptance_metrics_path)) is refused
+    wherever it is set, naming the variable that replaced it, so a run never ignores it silently.
 options:
   entry_point:
     description: The entry point of the argument spec whose options are checked.

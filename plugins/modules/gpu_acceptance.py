@@ -39,8 +39,8 @@ description:
     GEMM; a GPU whose clock stays below C(clock_min_fraction) of its maximum without a power or
     thermal cap, or under a hardware slowdown, is rejected with the reason that was active.
   - The verdict is C(pass), C(warn) or C(reject) (exit code 0, 1, 2). With O(journal_dir) the
-    result is written to C(<journal_dir>/acceptance.json) (mode 0600) and with O(metrics_path) as
-    C(stacktune_acceptance_*) Prometheus metrics.
+    result is written to C(<journal_dir>/acceptance.json) (mode 0600) and with O(metrics_dir) as
+    C(stacktune_acceptance_*) Prometheus metrics in C(<metrics_dir>/stacktune_acceptance.prom).
   - A host without a GPU, without PyTorch or without CUDA fails with C(no GPU to accept),
     never a pass.
 options:
@@ -124,11 +124,16 @@ options:
         starts only while that run holds the host, renews its lease while it runs, and is
         stopped when the lease is released, broken or taken over.
     type: str
-  metrics_path:
+  metrics_dir:
     description:
-      - Prometheus textfile for node_exporter's textfile collector with the
-        C(stacktune_acceptance_*) series. Unset, nothing is written.
-    type: path
+      - node_exporter's textfile directory; the C(stacktune_acceptance_*) series go to
+        C(stacktune_acceptance.prom) in it (mode 0644). Unset, no metrics are written.
+      - C(auto) finds the directory the host's node_exporter reads, as M(stacktune.gpu.textfile_metrics)
+        does for its I(directory) (a running node_exporter's C(--collector.textfile.directory), the
+        Debian/Ubuntu package's default, else C(/var/lib/node_exporter/textfile_collector)). The acceptance
+        role passes C(stacktune_metrics_dir), and errors name that variable.
+      - A relative path, a path with C(..) or a symbolic link is refused before the program runs.
+    type: str
   validate_only:
     description:
       - Check the options (levels, rounds, thresholds, memory table) and return without touching
@@ -180,7 +185,7 @@ EXAMPLES = r"""
     gpus: [0, 1, 2, 3]
     burn_in_seconds: 600
     journal_dir: /var/lib/stacktune
-    metrics_path: /var/lib/node_exporter/textfile_collector/stacktune_acceptance.prom
+    metrics_dir: auto
     thresholds:
       pcie_warn_below: 0.8
 """
@@ -252,8 +257,8 @@ devices:
 record:
   description:
     - The journal record written (or, in check mode, that would be written) when O(journal_dir)
-      or O(metrics_path) is set.
-  returned: when journal_dir or metrics_path is set
+      or O(metrics_dir) is set.
+  returned: when journal_dir or metrics_dir is set
   type: dict
 journal_path:
   description: The record file written, null when none was.
@@ -263,6 +268,12 @@ metrics_path:
   description: The metrics file written, null when none was.
   returned: success or rejection
   type: str
+metrics_dir:
+  description:
+    - The textfile directory with its C(source) (C(configured), C(process), C(package_default), C(defaults_file),
+      C(distribution) or C(fallback)) and C(detail); null without O(metrics_dir).
+  returned: success or rejection
+  type: dict
 versions:
   description: torch, CUDA, cuDNN and NCCL versions the program saw.
   returned: success or rejection
@@ -289,6 +300,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.stacktune.gpu.plugins.module_utils import _acceptance
 from ansible_collections.stacktune.gpu.plugins.module_utils._journal import HostLocked, LockTimeout, lease_ticker
+from ansible_collections.stacktune.gpu.plugins.module_utils._node_exporter import resolve
 
 
 def _not_run(message, tail=None, rc=None):
@@ -313,11 +325,11 @@ def _not_run(message, tail=None, rc=None):
     }
 
 
-def _record(module, decision, report, level, previous):
+def _record(module, decision, report, level, previous, metrics_dir=None):
     """Write the journal record and the metrics textfile; return what was (or would be) done."""
     p = module.params
     out = {"record": None, "journal_path": None, "metrics_path": None, "changed": False, "diff": None}
-    if not p["journal_dir"] and not p["metrics_path"]:
+    if not p["journal_dir"] and not metrics_dir:
         return out
     record = _acceptance.build_record(decision, report, level, time.time(), previous)
     out["record"] = record
@@ -336,12 +348,13 @@ def _record(module, decision, report, level, previous):
         except (IOError, OSError, LockTimeout) as exc:
             module.fail_json(msg="Failed to write the acceptance record %s: %s" % (path, exc), **decision)
         out["journal_path"] = path
-    if p["metrics_path"]:
+    if metrics_dir:
+        path = os.path.join(metrics_dir["path"], _acceptance.METRICS_FILE)
         try:
-            _acceptance.write_metrics(p["metrics_path"], _acceptance.render_metrics(record))
+            _acceptance.write_metrics(path, _acceptance.render_metrics(record))
         except (IOError, OSError) as exc:
-            module.fail_json(msg="Failed to write the metrics file %s: %s" % (p["metrics_path"], exc), **decision)
-        out["metrics_path"] = p["metrics_path"]
+            module.fail_json(msg="Failed to write the metrics file %s: %s" % (path, exc), **decision)
+        out["metrics_path"] = path
     return out
 
 
@@ -360,7 +373,7 @@ def main():
             thresholds=dict(type="dict", default={}),
             memory_bandwidth_gbps=dict(type="dict", default={}),
             journal_dir=dict(type="path"),
-            metrics_path=dict(type="path"),
+            metrics_dir=dict(type="str"),
             validate_only=dict(type="bool", default=False),
             run_id=dict(type="str"),
         ),
@@ -387,6 +400,15 @@ def main():
         timeout = 900 + (config["burn_in_seconds"] if config["burn_in"] else 0)
     if timeout <= 0:
         module.fail_json(msg="Failed to validate acceptance options: timeout must be positive", **base)
+    metrics_dir = None
+    if p["metrics_dir"] is not None:
+        try:
+            metrics_dir = resolve(p["metrics_dir"], files=(_acceptance.METRICS_FILE,))
+        except ValueError as e:
+            module.fail_json(msg="Failed to use the metrics directory: %s" % e, **base)
+        for warning in metrics_dir["warnings"]:
+            module.warn(warning)
+        base["metrics_dir"] = {k: metrics_dir[k] for k in ("path", "source", "detail")}
     if p["validate_only"]:
         module.exit_json(changed=False, thresholds=thresholds, **base)
 
@@ -395,7 +417,7 @@ def main():
 
     def fail_not_run(message, tail=None, rc=None):
         decision = _not_run(message, tail, rc)
-        written = _record(module, decision, None, p["level"], previous)
+        written = _record(module, decision, None, p["level"], previous, metrics_dir)
         module.fail_json(
             msg=message,
             rc=rc,
@@ -430,7 +452,7 @@ def main():
             fatal = "Failed to run the acceptance program with %s: %s" % (python, fatal)
         fail_not_run(fatal, tail, run["rc"])
     report = run["report"]
-    written = _record(module, decision, report, p["level"], previous)
+    written = _record(module, decision, report, p["level"], previous, metrics_dir)
     result = dict(
         base,
         accepted=decision["accepted"],

@@ -29,23 +29,41 @@ description:
     C(stacktune_last_run_timestamp_seconds{playbook}) and C(stacktune_last_run_success{playbook})."
   - Series this run does not know are carried over from the existing file, so a tune run keeps the drift
     run's numbers and every playbook's last run stays visible.
-  - The file is written through a temporary file in the same directory and a rename, so the collector never
-    reads half a file. The directory is created (0755) when missing.
+  - The file is C(stacktune.prom) in I(directory), written through a temporary file in the same directory and a
+    rename, so the collector never reads half a file. The directory is created (0755) when missing.
 author: stacktune maintainers (@stacktune)
 options:
-  path:
-    description: The metrics file. node_exporter reads files ending in C(.prom) in its textfile directory.
-    type: path
-    default: /var/lib/node_exporter/textfile_collector/stacktune.prom
-  playbook:
-    description: The playbook whose run is recorded (the C(playbook) label).
+  directory:
+    description:
+      - The textfile directory node_exporter reads (its C(--collector.textfile.directory)); the role passes
+        C(stacktune_metrics_dir), and errors name that variable.
+      - C(auto) asks the host, in this order. C(process) - the C(--collector.textfile.directory) (C(=DIR) or
+        C(DIR) as the next argument) on the command line of a running C(node_exporter) or
+        C(prometheus-node-exporter) (from C(/proc/<pid>/cmdline)); C(package_default) - a running
+        C(prometheus-node-exporter) (Debian, Ubuntu) without the flag reads C(/var/lib/prometheus/node-exporter);
+        C(defaults_file) - the flag in C(ARGS) of C(/etc/default/prometheus-node-exporter); C(distribution) -
+        on Debian, Ubuntu and their derivatives the package's default, C(/var/lib/prometheus/node-exporter);
+        C(fallback) - C(/var/lib/node_exporter/textfile_collector). A node_exporter running in a container
+        is skipped with a warning (its path is one of its own view).
+      - An absolute path is used as given (source C(configured)). A relative path, a path with C(..), a
+        directory that is a symbolic link or not a directory, and a C(stacktune.prom) that is a symbolic link
+        are refused before anything is written.
     type: str
-    required: true
+    default: auto
+  playbook:
+    description:
+      - The playbook whose run is recorded (the C(playbook) label). Required unless I(validate_only).
+    type: str
     choices: [tune, drift, rollback, verify]
   success:
-    description: Whether the run succeeded on this host.
+    description: Whether the run succeeded on this host. Required unless I(validate_only).
     type: bool
-    required: true
+  validate_only:
+    description:
+      - Find and check the directory, return it with its source, and write nothing. The metrics role runs
+        this before a playbook changes anything on the host.
+    type: bool
+    default: false
   journal_dir:
     description: Directory of the on-host journal the layer states are read from. A missing journal means no layers.
     type: path
@@ -110,22 +128,44 @@ EXAMPLES = r"""
     drift_settings: 0
     drift_corrected_settings: 3
 
-- name: Write somewhere else
+- name: Write where this host's node_exporter reads (--collector.textfile.directory=/run/prometheus)
   stacktune.gpu.textfile_metrics:
-    path: /run/prometheus/textfile/stacktune.prom
+    directory: /run/prometheus
     playbook: rollback
     success: true
+
+- name: Say where node_exporter reads, and why
+  stacktune.gpu.textfile_metrics:
+    validate_only: true
+  register: metrics_dir
 """
 
 RETURN = r"""
 path:
-  description: The metrics file.
+  description: The metrics file (C(stacktune.prom) in I(directory)).
   returned: always
   type: str
-  sample: /var/lib/node_exporter/textfile_collector/stacktune.prom
+  sample: /var/lib/prometheus/node-exporter/stacktune.prom
+directory:
+  description: The textfile directory used.
+  returned: always
+  type: str
+  sample: /var/lib/prometheus/node-exporter
+directory_source:
+  description:
+    - How the directory was chosen - C(configured), C(process), C(package_default), C(defaults_file),
+      C(distribution) or C(fallback) (see I(directory)).
+  returned: always
+  type: str
+  sample: process
+directory_detail:
+  description: What the choice was read from, in words.
+  returned: always
+  type: str
+  sample: node_exporter (pid 812) --collector.textfile.directory=/run/prometheus
 content:
   description: The file's content as written (or as it would be written in check mode).
-  returned: always
+  returned: success and not validate_only
   type: str
   sample: |
     # HELP stacktune_layer_state Journal state of each layer: 1 for the current state, 0 for the others.
@@ -133,16 +173,16 @@ content:
     stacktune_layer_state{layer="kernel",state="kept"} 1
 series:
   description: Number of samples in the file.
-  returned: always
+  returned: success and not validate_only
   type: int
   sample: 24
 written:
-  description: Whether the file was written (false in check mode).
+  description: Whether the file was written (false in check mode and with validate_only).
   returned: always
   type: bool
 layers:
   description: Per layer the state, decision, owned settings and gate ratios that were exported.
-  returned: always
+  returned: success and not validate_only
   type: dict
 """
 
@@ -155,11 +195,13 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import atomic_write, read_text
 from ansible_collections.stacktune.gpu.plugins.module_utils._journal import Journal
 from ansible_collections.stacktune.gpu.plugins.module_utils._metrics import (
+    FILE_NAME,
     content_changed,
     layer_view,
     parse,
     render,
 )
+from ansible_collections.stacktune.gpu.plugins.module_utils._node_exporter import AUTO, resolve
 
 
 def journal_entries(journal_dir):
@@ -175,15 +217,17 @@ def journal_entries(journal_dir):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            path=dict(type="path", default="/var/lib/node_exporter/textfile_collector/stacktune.prom"),
-            playbook=dict(type="str", required=True, choices=["tune", "drift", "rollback", "verify"]),
-            success=dict(type="bool", required=True),
+            directory=dict(type="str", default=AUTO),
+            playbook=dict(type="str", choices=["tune", "drift", "rollback", "verify"]),
+            success=dict(type="bool"),
+            validate_only=dict(type="bool", default=False),
             journal_dir=dict(type="path", default="/var/lib/stacktune"),
             records=dict(type="list", elements="dict", default=[]),
             drift_settings=dict(type="int"),
             drift_corrected_settings=dict(type="int"),
             mode=dict(type="str", default="0644"),
         ),
+        required_if=[("validate_only", False, ("playbook", "success"))],
         supports_check_mode=True,
     )
     p = module.params
@@ -196,13 +240,28 @@ def main():
     for key in ("drift_settings", "drift_corrected_settings"):
         if p[key] is not None and p[key] < 0:
             module.fail_json(msg="Failed to validate %s: must not be negative, got %s" % (key, p[key]))
+    try:
+        found = resolve(p["directory"], files=(FILE_NAME,))
+    except ValueError as exc:
+        module.fail_json(msg="Failed to use the metrics directory: %s" % exc)
+    for warning in found["warnings"]:
+        module.warn(warning)
+    path = os.path.join(found["path"], FILE_NAME)
+    where = dict(
+        path=path,
+        directory=found["path"],
+        directory_source=found["source"],
+        directory_detail=found["detail"],
+    )
+    if p["validate_only"]:
+        module.exit_json(changed=False, written=False, **where)
 
     try:
         entries = journal_entries(p["journal_dir"])
     except (IOError, OSError, ValueError) as exc:
         module.fail_json(msg="Failed to read the journal in %s: %s" % (p["journal_dir"], exc))
     layers = layer_view(entries, p["records"])
-    before = read_text(p["path"]) if os.path.isfile(p["path"]) else None
+    before = read_text(path) if os.path.isfile(path) else None
     content = render(
         layers,
         p["playbook"],
@@ -213,18 +272,18 @@ def main():
         drift_corrected=p["drift_corrected_settings"],
     )
     changed = content_changed(before, content)
-    if before is not None and stat.S_IMODE(os.stat(p["path"]).st_mode) != mode:
+    if before is not None and stat.S_IMODE(os.stat(path).st_mode) != mode:
         changed = True
     written = False
     if not module.check_mode:
         try:
-            atomic_write(p["path"], content.encode("utf-8"), mode=mode)
+            atomic_write(path, content.encode("utf-8"), mode=mode)
         except (IOError, OSError) as exc:
-            module.fail_json(msg="Failed to write the metrics file %s: %s" % (p["path"], exc))
+            module.fail_json(msg="Failed to write the metrics file %s: %s" % (path, exc))
         written = True
     result = dict(
+        where,
         changed=changed,
-        path=p["path"],
         content=content,
         series=len(parse(content)),
         written=written,
@@ -234,8 +293,8 @@ def main():
         result["diff"] = {
             "before": before or "",
             "after": content,
-            "before_header": p["path"],
-            "after_header": p["path"],
+            "before_header": path,
+            "after_header": path,
         }
     module.exit_json(**result)
 

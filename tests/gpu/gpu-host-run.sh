@@ -76,7 +76,7 @@ for step in $steps; do
       done
       echo "state hash after bad input: $(state_hash bad)"
       diff "$RUN_DIR/state-before.txt" "$RUN_DIR/state-bad.txt" && echo "BAD INPUT CHANGED NOTHING"
-      ls -d /var/lib/stacktune /var/lib/node_exporter 2>&1
+      ls -d /var/lib/stacktune /var/lib/node_exporter /var/lib/prometheus 2>&1
       reports="$RUN_DIR/reports"
       run ap tune.yml --check -e stacktune_gate=false -e "$TUNE_VARS" -e stacktune_run_id=gpu-check -e stacktune_report_dir="$reports"
       echo "state hash after check mode: $(state_hash checked)"

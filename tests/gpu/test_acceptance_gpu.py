@@ -165,7 +165,7 @@ def test_module_writes_the_journal_record_and_the_metrics(python, tmp_path):
         "level": "quick",
         "fail_on_reject": False,
         "journal_dir": str(journal),
-        "metrics_path": str(prom),
+        "metrics_dir": str(prom.parent),
     }
     args = tmp_path / "args.json"
     args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": module_args}))
@@ -186,3 +186,5 @@ def test_module_writes_the_journal_record_and_the_metrics(python, tmp_path):
     assert oct(os.stat(journal / "acceptance.json").st_mode & 0o777) == "0o600"
     text = prom.read_text()
     assert 'stacktune_acceptance_verdict{verdict="%s"} 1' % result["verdict"] in text
+    assert result["metrics_path"] == str(prom)
+    assert "_gbps" not in text and "_fraction" not in text  # base units and ratios only

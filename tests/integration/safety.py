@@ -244,7 +244,8 @@ BAD_INPUTS = [
     (TUNE, "bios-fail-on", {"bios_fail_on": "everything"}, "bios_fail_on"),
     (TUNE, "psu-negative", {"preflight_psu_capacity_watts": -1}, "preflight_psu_capacity_watts"),
     (TUNE, "preflight-fail-on", {"preflight_fail_on": "panic"}, "preflight_fail_on"),
-    (TUNE, "metrics-path", {"metrics_textfile_path": "../stacktune.prom"}, "metrics_textfile_path"),
+    (TUNE, "metrics-dir", {"stacktune_metrics_dir": "../textfile"}, "stacktune_metrics_dir"),
+    (TUNE, "metrics-path-removed", {"metrics_textfile_path": "/var/lib/x/stacktune.prom"}, "stacktune_metrics_dir"),
     ("playbooks/drift.yml", "drift-fix-type", {"stacktune_drift_fix": "perhaps"}, "stacktune_drift_fix"),
     ("playbooks/drift.yml", "drift-journal", {"stacktune_journal_dir": "relative/dir"}, "stacktune_journal_dir"),
     (
@@ -332,7 +333,7 @@ set -eu
 } | sha256sum | cut -d' ' -f1
 """
 # Where a run that changed nothing must not have left anything either.
-UNTOUCHED = "/var/lib/stacktune /var/lib/node_exporter"
+UNTOUCHED = "/var/lib/stacktune /var/lib/node_exporter /var/lib/prometheus"
 
 
 def read_file(path):

@@ -3,6 +3,8 @@
 import hashlib
 import os
 import re
+import shutil
+import subprocess
 
 import pytest
 
@@ -80,3 +82,46 @@ def kernel_view(text):
 @pytest.fixture
 def hash_tree():
     return tree_hash
+
+
+def _needed(reason):
+    """Skip where a test tool is missing here; in CI (CI=true), where tools/bootstrap.sh installs
+    it, a missing tool is a failure."""
+    if os.environ.get("CI") == "true":
+        pytest.fail("%s (CI installs it: tools/bootstrap.sh test)" % reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def prometheus_families():
+    """Parse a Prometheus text exposition with prometheus_client's own parser: {name: family}."""
+
+    def parse(text):
+        try:
+            from prometheus_client.parser import text_string_to_metric_families
+        except ImportError:
+            _needed("prometheus_client is not installed (requirements-test.txt)")
+        families = {}
+        for family in text_string_to_metric_families(text):
+            assert family.name not in families, "family %s twice" % family.name
+            families[family.name] = family
+        return families
+
+    return parse
+
+
+@pytest.fixture
+def promtool_check():
+    """Run `promtool check metrics` (Debian's prometheus package) on a text exposition."""
+
+    def check(text):
+        promtool = shutil.which("promtool")
+        if promtool is None:
+            _needed("promtool is not on PATH (tools/bootstrap.sh test puts it in .venv/bin)")
+        proc = subprocess.run(
+            [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60, check=False
+        )
+        assert proc.returncode == 0, "promtool check metrics: %s%s" % (proc.stdout, proc.stderr)
+        return proc.stdout + proc.stderr
+
+    return check

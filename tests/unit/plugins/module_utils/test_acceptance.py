@@ -791,10 +791,45 @@ def test_metrics_textfile():
     assert 'stacktune_acceptance_verdict{verdict="pass"} 0' in text
     assert "stacktune_acceptance_exit_code 2" in text
     assert 'stacktune_acceptance_problems{check="pcie_bandwidth",severity="reject"} 2' in text
-    assert 'stacktune_acceptance_bandwidth_gbps{gpu="gpu0",path="h2d_local"} 26' in text
+    assert 'stacktune_acceptance_bandwidth_bytes_per_second{gpu="gpu0",path="h2d_local"} 26000000000' in text
     assert 'stacktune_acceptance_p2p_latency_seconds{dst="gpu1",src="gpu0"} 1.15e-05' in text
     assert 'stacktune_acceptance_remap_pending{gpu="gpu0"} 1' in text
     assert "# TYPE stacktune_acceptance_verdict gauge" in text
+
+
+def measured_metrics_file(tmp_path):
+    """The textfile of a measured burn-in record, written as the module writes it."""
+    rep = measured_report(h2d=26.0)
+    rep["health"]["after"]["0"]["remapped_rows"]["pending"] = True
+    rec = acc.build_record(acc.evaluate(rep), rep, "standard", 1764500000.0)
+    rec["measurements"]["clocks"] = {"gpu0": {"median_fraction": 0.97}}
+    path = tmp_path / "textfile" / acc.METRICS_FILE
+    acc.write_metrics(str(path), acc.render_metrics(rec))
+    return rec, path.read_text()
+
+
+def test_metrics_file_parses_in_base_units(tmp_path, prometheus_families):
+    rec, text = measured_metrics_file(tmp_path)
+    families = prometheus_families(text)
+    assert set(families) == {name for name, _help in acc.METRIC_FAMILIES}
+    assert all(f.type == "gauge" and f.documentation for f in families.values())
+    assert not [n for n in families if n.endswith(("_gbps", "_fraction", "_ms", "_us"))]
+    gpus = rec["measurements"]["gpus"]
+    for sample in families["stacktune_acceptance_bandwidth_bytes_per_second"].samples:
+        entry = gpus[sample.labels["gpu"]][sample.labels["path"]]
+        assert sample.value == pytest.approx(entry["gbps"] * 1e9)
+    for sample in families["stacktune_acceptance_bandwidth_ratio"].samples:
+        assert sample.value == pytest.approx(gpus[sample.labels["gpu"]][sample.labels["path"]]["fraction"])
+    pairs = rec["measurements"]["pairs"]
+    for sample in families["stacktune_acceptance_p2p_bandwidth_bytes_per_second"].samples:
+        entry = pairs["%s->%s" % (sample.labels["src"], sample.labels["dst"])]
+        assert sample.value == pytest.approx(entry["gbps"] * 1e9)
+    assert [s.value for s in families["stacktune_acceptance_sm_clock_ratio"].samples] == [0.97]
+
+
+def test_metrics_file_passes_promtool(tmp_path, promtool_check):
+    _rec, text = measured_metrics_file(tmp_path)
+    promtool_check(text)
 
 
 def test_fleet_metrics_take_the_worst_gpu_and_pair():

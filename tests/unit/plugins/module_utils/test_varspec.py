@@ -94,7 +94,13 @@ def test_every_role_default_matches_its_own_spec(role):
     [
         ("stacktune_journal_dir", "var/lib/stacktune", "stacktune_journal_dir must be an absolute path without '..'"),
         ("layer_journal_dir", "/var/lib/../tmp", "layer_journal_dir must be an absolute path without '..'"),
-        ("metrics_textfile_path", "/var/lib/x.txt", "metrics_textfile_path must end in .prom"),
+        ("metrics_dir", "textfile", "metrics_dir must be an absolute path without '..' or auto, got 'textfile'"),
+        (
+            "acceptance_metrics_dir",
+            "/var/../tmp",
+            "acceptance_metrics_dir must be an absolute path without '..' or auto",
+        ),
+        ("metrics_dir", "AUTO", "metrics_dir must be an absolute path without '..' or auto"),
         ("stacktune_bench_steps", 5, "stacktune_bench_steps must be at least 10, got 5"),
         (
             "stacktune_bench_steps_by_workload",
@@ -110,6 +116,14 @@ def test_rules_the_spec_format_cannot_carry_are_checked_by_name(name, value, mes
     assert len(errors) == 1 and errors[0].startswith(message), errors
 
 
+def test_the_metrics_directories_name_the_variable_they_follow():
+    errors = check({"metrics_dir": {"type": "str"}}, {"metrics_dir": "relative/dir"})
+    assert errors == [
+        "metrics_dir must be an absolute path without '..' or auto, got 'relative/dir'"
+        " (by default it is stacktune_metrics_dir)"
+    ]
+
+
 def test_a_derived_variable_names_the_variable_it_follows():
     errors = check({"metrics_journal_dir": {"type": "str"}}, {"metrics_journal_dir": "var/lib/x"})
     assert errors == [
@@ -123,7 +137,8 @@ def test_a_derived_variable_names_the_variable_it_follows():
     [
         ("stacktune_journal_dir", "/var/lib/stacktune"),
         ("acceptance_journal_dir", ""),
-        ("metrics_textfile_path", "/var/lib/node_exporter/textfile_collector/stacktune.prom"),
+        ("metrics_dir", "auto"),
+        ("acceptance_metrics_dir", "/run/prometheus"),
         ("stacktune_bench_steps", 10),
         ("stacktune_bench_warmup", 0),
     ],
@@ -174,3 +189,18 @@ def test_misspelled_variables_name_the_one_meant():
         ("stacktune_layer", "stacktune_layers"),
         ("stactune_gate", "stacktune_gate"),
     ]
+
+
+def test_removed_variables_are_refused_naming_their_replacement():
+    from ansible_collections.stacktune.gpu.plugins.module_utils._varspec import misspelled, renamed
+
+    given = {"metrics_textfile_path": "/x/stacktune.prom", "acceptance_metrics_path": "", "metrics_enabled": True}
+    messages = renamed(given)
+    assert messages == [
+        "acceptance_metrics_path is no longer a variable of stacktune.gpu; use stacktune_metrics_dir (the directory;"
+        " the file in it is stacktune_acceptance.prom), or acceptance_metrics_enabled: false to write none",
+        "metrics_textfile_path is no longer a variable of stacktune.gpu; use stacktune_metrics_dir (the directory;"
+        " the file in it is stacktune.prom)",
+    ]
+    # not reported a second time as a typo of a declared variable
+    assert misspelled(given, {"metrics_enabled", "acceptance_metrics_enabled", "stacktune_metrics_dir"}) == []

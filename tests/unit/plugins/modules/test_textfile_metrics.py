@@ -50,16 +50,21 @@ def host(tmp_path):
     journal.save(rolled)
     return {
         "journal_dir": str(tmp_path / "journal"),
-        "path": str(tmp_path / "textfile" / "stacktune.prom"),
+        "directory": str(tmp_path / "textfile"),
     }
+
+
+def prom(host):
+    return os.path.join(host["directory"], "stacktune.prom")
 
 
 def test_writes_the_file_atomically_with_mode_0644(capsys, host):
     res = run_module(capsys, dict(host, playbook="tune", success=True))
     assert res["changed"] is True and res["written"] is True
-    assert sorted(os.listdir(os.path.dirname(host["path"]))) == ["stacktune.prom"]  # no temporary file left
-    assert stat.S_IMODE(os.stat(host["path"]).st_mode) == 0o644
-    with open(host["path"]) as handle:
+    assert (res["path"], res["directory_source"]) == (prom(host), "configured")
+    assert sorted(os.listdir(host["directory"])) == ["stacktune.prom"]  # no temporary file left
+    assert stat.S_IMODE(os.stat(prom(host)).st_mode) == 0o644
+    with open(prom(host)) as handle:
         text = handle.read()
     assert text == res["content"]
     assert 'stacktune_layer_state{layer="kernel",state="kept"} 1' in text
@@ -88,7 +93,7 @@ def test_second_run_rewrites_the_timestamp_but_reports_no_change(capsys, host):
 def test_check_mode_predicts_and_writes_nothing(capsys, host):
     res = run_module(capsys, dict(host, playbook="drift", success=False, drift_settings=3), check_mode=True, diff=True)
     assert res["changed"] is True and res["written"] is False
-    assert not os.path.exists(host["path"])
+    assert not os.path.exists(prom(host))
     assert res["diff"]["before"] == "" and "stacktune_drift_settings 3" in res["diff"]["after"]
 
 
@@ -106,10 +111,10 @@ def test_a_drift_result_is_a_change_and_is_kept_by_later_runs(capsys, host):
 
 def test_a_wrong_mode_is_corrected_and_reported(capsys, host):
     run_module(capsys, dict(host, playbook="tune", success=True))
-    os.chmod(host["path"], 0o600)
+    os.chmod(prom(host), 0o600)
     res = run_module(capsys, dict(host, playbook="tune", success=True))
     assert res["changed"] is True
-    assert stat.S_IMODE(os.stat(host["path"]).st_mode) == 0o644
+    assert stat.S_IMODE(os.stat(prom(host)).st_mode) == 0o644
 
 
 def test_records_add_layers_the_journal_does_not_hold(capsys, host):
@@ -124,7 +129,7 @@ def test_missing_journal_means_no_layers(capsys, tmp_path):
         capsys,
         {
             "journal_dir": str(tmp_path / "none"),
-            "path": str(tmp_path / "m.prom"),
+            "directory": str(tmp_path / "m"),
             "playbook": "rollback",
             "success": True,
         },
@@ -151,3 +156,68 @@ def test_corrupt_journal_fails_with_a_message(capsys, host):
     res = run_module(capsys, dict(host, playbook="tune", success=True))
     assert res["failed"] is True
     assert res["msg"].startswith("Failed to read the journal in ")
+
+
+def test_the_written_file_parses_and_passes_promtool(capsys, host, prometheus_families, promtool_check):
+    run_module(capsys, dict(host, playbook="tune", success=True))
+    run_module(capsys, dict(host, playbook="drift", success=False, drift_settings=2, drift_corrected_settings=1))
+    with open(prom(host)) as handle:
+        text = handle.read()
+    families = prometheus_families(text)
+    assert sorted(families) == sorted(
+        [
+            "stacktune_layer_state",
+            "stacktune_layer_decision",
+            "stacktune_layer_settings",
+            "stacktune_gate_throughput_ratio",
+            "stacktune_gate_tail_ratio",
+            "stacktune_drift_settings",
+            "stacktune_drift_corrected_settings",
+            "stacktune_last_run_timestamp_seconds",
+            "stacktune_last_run_success",
+        ]
+    )
+    assert all(f.type == "gauge" and f.documentation for f in families.values())
+    values = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families.values() for s in f.samples}
+    assert values[("stacktune_gate_tail_ratio", (("layer", "numa_irq"),))] == 1.3
+    assert values[("stacktune_drift_settings", ())] == 2
+    assert values[("stacktune_last_run_success", (("playbook", "drift"),))] == 0
+    assert values[("stacktune_last_run_success", (("playbook", "tune"),))] == 1
+    promtool_check(text)
+
+
+def test_validate_only_names_the_directory_and_writes_nothing(capsys, host):
+    res = run_module(capsys, {"directory": host["directory"], "validate_only": True})
+    assert res["changed"] is False and res["written"] is False
+    assert (res["directory"], res["directory_source"], res["path"]) == (host["directory"], "configured", prom(host))
+    assert not os.path.exists(host["directory"])
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda tmp: "relative/dir", "must be an absolute path without '..' or auto, got 'relative/dir'"),
+        (lambda tmp: str(tmp) + "/a/../b", "must be an absolute path"),
+        (lambda tmp: os.symlink(str(tmp), str(tmp / "link")) or str(tmp / "link"), "is a symbolic link (to "),
+        (lambda tmp: (tmp / "file").write_text("x") and str(tmp / "file"), "exists and is not a directory"),
+    ],
+    ids=["relative", "dotdot", "symlink", "not-a-directory"],
+)
+def test_a_directory_that_cannot_take_the_file_is_refused_naming_the_variable(capsys, host, tmp_path, make, message):
+    directory = make(tmp_path)
+    before = sorted(os.listdir(str(tmp_path)))
+    res = run_module(capsys, dict(host, directory=directory, playbook="tune", success=True))
+    assert res["failed"] is True
+    assert res["msg"].startswith("Failed to use the metrics directory: stacktune_metrics_dir (configured)")
+    assert message in res["msg"]
+    assert sorted(os.listdir(str(tmp_path))) == before
+
+
+def test_a_metrics_file_that_is_a_symbolic_link_is_refused(capsys, host, tmp_path):
+    os.makedirs(host["directory"])
+    target = tmp_path / "elsewhere"
+    target.write_text("keep\n")
+    os.symlink(str(target), prom(host))
+    res = run_module(capsys, dict(host, playbook="tune", success=True))
+    assert res["failed"] is True and "stacktune.prom is a symbolic link" in res["msg"]
+    assert target.read_text() == "keep\n" and os.path.islink(prom(host))
