@@ -12,7 +12,7 @@ DOCUMENTATION = r"""
 ---
 module: journal_info
 short_description: List the layers the on-host journal of stacktune holds
-version_added: 0.1.0
+version_added: 0.2.0
 author: stacktune maintainers (@stacktune)
 description:
   - Reads the journal that M(stacktune.gpu.host_settings) keeps on the host and returns one
@@ -38,7 +38,6 @@ options:
     type: list
     elements: path
     default: []
-    version_added: 0.2.0
   journal_dir:
     description: Directory of the on-host journal.
     type: path
