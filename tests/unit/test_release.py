@@ -12,6 +12,7 @@ __metaclass__ = type
 import ast
 import os
 import re
+import subprocess
 
 import pytest
 import yaml
@@ -105,3 +106,52 @@ def test_the_galaxy_requirements_name_the_dependencies():
     with open(os.path.join(REPO, "collections", "requirements.yml")) as handle:
         listed = {c["name"] for c in yaml.safe_load(handle)["collections"]}
     assert listed == set(GALAXY.get("dependencies") or {})
+
+
+with open(os.path.join(REPO, "execution-environment.yml")) as _handle:
+    EE = yaml.safe_load(_handle)
+
+
+def test_the_execution_environment_runs_the_ansible_core_the_collection_requires():
+    with open(os.path.join(REPO, "meta", "runtime.yml")) as handle:
+        required = yaml.safe_load(handle)["requires_ansible"]
+    lowest = re.match(r"^>=\s*([0-9.]+)$", required).group(1)
+    spec = EE["dependencies"]["ansible_core"]["package_pip"]
+    found = re.match(r"^ansible-core>=([0-9.]+),<([0-9.]+)$", spec)
+    assert found, spec
+    assert version(found.group(1)) == version(lowest)[: len(version(found.group(1)))], (spec, required)
+    assert version(found.group(2)) > version(lowest), (spec, required)
+    assert {c["name"] for c in EE["dependencies"]["galaxy"]["collections"]} == set(GALAXY["dependencies"])
+
+
+def test_the_execution_environment_installs_controller_needs_only():
+    with open(os.path.join(REPO, EE["dependencies"]["system"])) as handle:
+        packages = {line.split()[0] for line in handle if line.strip() and not line.startswith("#")}
+    assert packages <= {"openssh-clients", "openssh-client"}, packages
+    assert "fedora" not in EE["images"]["base_image"]["name"]
+
+
+def _install_step(tmp_path):
+    """The image's install step as a shell script run here: the tarball folder is tmp_path and
+    ansible-galaxy is replaced by echo."""
+    step = [s for s in EE["additional_build_steps"]["append_final"] if s.startswith("RUN ")][0][4:]
+    return step.replace("/tmp/stacktune", str(tmp_path)).replace("ansible-galaxy collection install", "echo installs")
+
+
+@pytest.mark.parametrize(
+    "tarballs, installs",
+    [
+        ([], False),
+        (["stacktune-gpu-0.2.0.tar.gz"], True),
+        (["stacktune-gpu-0.1.0.tar.gz", "stacktune-gpu-0.2.0.tar.gz"], False),
+    ],
+)
+def test_the_image_build_fails_without_exactly_one_collection_tarball(tmp_path, tarballs, installs):
+    for name in tarballs:
+        (tmp_path / name).write_bytes(b"")
+    run = subprocess.run(["sh", "-c", _install_step(tmp_path)], check=False, capture_output=True, text=True)
+    assert (run.returncode == 0) is installs, run.stderr
+    if installs:
+        assert run.stdout.startswith("installs --offline %s/%s " % (tmp_path, tarballs[0]))
+    else:
+        assert "want exactly one collection tarball in dist/" in run.stderr
