@@ -12,7 +12,9 @@ __metaclass__ = type
 import ast
 import os
 import re
+import shutil
 import subprocess
+import tarfile
 
 import pytest
 import yaml
@@ -155,3 +157,56 @@ def test_the_image_build_fails_without_exactly_one_collection_tarball(tmp_path, 
         assert run.stdout.startswith("installs --offline %s/%s " % (tmp_path, tarballs[0]))
     else:
         assert "want exactly one collection tarball in dist/" in run.stderr
+
+
+# What an installed collection runs and documents; anything else at the top of the tarball is a
+# developer's file that build_ignore should keep out.
+TARBALL_TOP = {
+    "FILES.json",
+    "MANIFEST.json",
+    "LICENSE",
+    "README.md",
+    "CHANGELOG.md",
+    "bindep.txt",
+    "requirements-ee.txt",
+    "changelogs",
+    "docs",
+    "meta",
+    "playbooks",
+    "plugins",
+    "roles",
+}
+
+
+@pytest.fixture(scope="module")
+def tarball(tmp_path_factory):
+    galaxy = shutil.which("ansible-galaxy")
+    if galaxy is None:
+        pytest.skip("ansible-galaxy is not on PATH")
+    out = tmp_path_factory.mktemp("build")
+    subprocess.run(
+        [galaxy, "collection", "build", "--output-path", str(out), REPO], check=True, capture_output=True, text=True
+    )
+    path = out / ("stacktune-gpu-%s.tar.gz" % GALAXY["version"])
+    with tarfile.open(str(path)) as archive:
+        return archive.getnames()
+
+
+def test_the_tarball_holds_what_an_installed_user_runs_and_no_developer_tools(tarball):
+    top = {name.split("/")[0] for name in tarball}
+    assert top <= TARBALL_TOP, sorted(top - TARBALL_TOP)
+    assert {"LICENSE", "README.md", "meta", "playbooks", "plugins", "roles"} <= top
+    for needed in (
+        "meta/runtime.yml",
+        "meta/execution-environment.yml",
+        "playbooks/tune.yml",
+        "playbooks/verify.yml",
+        "playbooks/rollback.yml",
+        "plugins/callback/stacktune.py",
+        "plugins/filter/verify_table.yml",
+        "roles/stacktune/tasks/rollback.yml",
+        "changelogs/changelog.yaml",
+    ):
+        assert needed in tarball, needed
+    assert not [n for n in tarball if n.startswith("changelogs/fragments")]
+    assert not [n for n in tarball if "/molecule/" in n or n.endswith((".pyc", "/pytest.ini"))]
