@@ -61,6 +61,7 @@ lint: deps-test
 	yamllint -s .
 	rm -rf $(ANSIBLE_HOME)/collections/ansible_collections/stacktune
 	ansible-lint
+	tools/changelog-check.sh
 
 sanity: deps-test
 	tools/sanity.sh

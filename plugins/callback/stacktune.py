@@ -12,7 +12,7 @@ DOCUMENTATION = r"""
 name: stacktune
 type: stdout
 short_description: A tuning run you can follow - phases, changes, decisions and where the report is
-version_added: 0.3.0
+version_added: 0.2.0
 author: stacktune maintainers (@stacktune)
 description:
   - "Prints, with a timestamp: each play, what the roles say (their C(debug) messages: the

@@ -842,9 +842,15 @@ class Engine(object):
             if not specs and obs["live_error"] and entry["original"]["live"].get(s["id"]) is not None:
                 # stacktune read and kept it; that it cannot be read any more is drift, not "unsupported"
                 status, reason = "drift", "kept by stacktune, but now %s" % obs["live_error"]
-            rows.append(self.result_row(s, obs, status, reason, False))
+            row = self.result_row(s, obs, status, reason, False)
+            row["other_writers"] = []
+            rows.append(row)
+        by_id = {r["id"]: r for r in rows}
         for kind_name in sorted({s["kind"] for s in settings}):
-            self.notes.extend(KINDS[kind_name].other_writers([s for s in settings if s["kind"] == kind_name], self.ctx))
+            for writer in KINDS[kind_name].other_writers([s for s in settings if s["kind"] == kind_name], self.ctx):
+                self.notes.append(writer["message"])
+                for sid in writer["ids"]:
+                    by_id[sid]["other_writers"].append(writer["tool"])
         return self._summary("verify", rows, unsupported, entry)
 
     # ------------------------------------------------------------------ restore

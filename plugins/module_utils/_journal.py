@@ -26,6 +26,7 @@ __metaclass__ = type
 import contextlib
 import errno
 import fcntl
+import fnmatch
 import json
 import os
 import re
@@ -35,6 +36,11 @@ import time
 from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import atomic_write, fsync_dir, rooted
 
 _LAYER = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+# The first words of the header every file stacktune writes carries (_kind_base.HEADER, and the
+# files the layer roles render).
+HEADER_LINE = re.compile(r"^# Managed by stacktune \(layer ")
+# The names of the files stacktune writes under /etc: drop-ins, whole files, /etc/default/irqbalance.
+HEADER_FILES = ("*.conf", "*.cfg", "irqbalance")
 HISTORY_KEEP = 50
 HOST_DIR = "/var/lib/stacktune"
 # The end of every refusal; the run_lock action replaces it with the exact command.
@@ -334,6 +340,21 @@ class Journal(object):
             )
         return rows
 
+    def owned_paths(self):
+        """Host paths of the files the readable records would put back (their ``original``
+        and ``snapshot`` units): the files stacktune knows it owns. A record restored to its
+        original owns none; an unreadable record is left out."""
+        paths = set()
+        for layer in self.layers():
+            try:
+                entry = self.load(layer)
+            except (UntrustedJournal, OSError):
+                continue
+            for target in (entry or {}).get("original"), (entry or {}).get("snapshot"):
+                for unit in ((target or {}).get("units") or {}).values():
+                    paths.add(unit["path"])
+        return sorted(paths)
+
     def save(self, entry):
         self._ensure()
         entry["history"] = entry.get("history", [])[-HISTORY_KEEP:]
@@ -354,6 +375,45 @@ class Journal(object):
         finally:
             os.close(fd)
         fsync_dir(self.directory)
+
+
+def carries_header(path, limit=64 * 1024):
+    """Whether a regular file (never followed through a link) has a line that starts with
+    stacktune's header, within its first ``limit`` bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return False
+        text = handle.read(limit).decode("latin-1")
+    return any(HEADER_LINE.match(line) for line in text.splitlines())
+
+
+def unowned_files(directories, owned, root="/", depth=3, patterns=HEADER_FILES):
+    """Files under ``directories`` (host paths, searched ``depth`` levels deep: 1 is the
+    directory itself) whose name matches ``patterns``, that carry stacktune's header and
+    are not in ``owned``: stacktune wrote them, but no journal knows their original.
+    Returns sorted host paths; links are neither followed nor reported."""
+    owned = set(owned)
+    found = set()
+    for directory in directories:
+        top = rooted(root or "/", directory)
+        if not os.path.isdir(top) or os.path.islink(top):
+            continue
+        for here, dirs, files in os.walk(top):
+            rel = os.path.relpath(here, top)
+            level = 1 if rel == "." else rel.count(os.sep) + 2  # the depth of the files found here
+            if level >= depth:
+                dirs[:] = []
+            for name in files:
+                if not any(fnmatch.fnmatch(name, pattern) for pattern in patterns):
+                    continue
+                host = os.path.normpath(os.path.join(directory, "" if rel == "." else rel, name))
+                if host not in owned and carries_header(os.path.join(here, name)):
+                    found.add(host)
+    return sorted(found)
 
 
 def _iso(ts):

@@ -143,7 +143,8 @@ class Kind(object):
         return []
 
     def other_writers(self, settings, ctx):
-        """Sentences naming other tools on the host that rewrite what these settings manage."""
+        """Other tools on the host that rewrite what these settings manage:
+        ``[{"tool": short name, "message": sentence, "ids": [setting ids it may rewrite]}]``."""
         return []
 
     def boot_value(self, s, ctx, pending=None):

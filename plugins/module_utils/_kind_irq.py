@@ -100,4 +100,8 @@ class IrqAffinityKind(Kind):
 
     def other_writers(self, settings, ctx):
         note = _writers.irqbalance(ctx, [s["key"] for s in settings])
-        return [note] if note else []
+        if not note:
+            return []
+        # the IRQs it is banned from are not its to move
+        free = set(_writers.unbanned_irqs(ctx, [s["key"] for s in settings]))
+        return [{"tool": "irqbalance", "message": note, "ids": [s["id"] for s in settings if s["key"] in free]}]

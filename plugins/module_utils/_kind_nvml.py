@@ -80,10 +80,9 @@ class NvmlKind(Kind):
     name = "nvml"
 
     def other_writers(self, settings, ctx):
-        if not any(s.get("field") == "persistence_mode" for s in settings):
-            return []
-        note = _writers.persistenced(ctx)
-        return [note] if note else []
+        ids = [s["id"] for s in settings if s.get("field") == "persistence_mode"]
+        note = _writers.persistenced(ctx) if ids else None
+        return [{"tool": "nvidia-persistenced", "message": note, "ids": ids}] if note else []
 
     def expand(self, spec, ctx):
         field = spec.get("key")

@@ -145,7 +145,7 @@ class SysctlKind(Kind):
 
     def other_writers(self, settings, ctx):
         note = _writers.tuned(ctx)
-        return [note] if note else []
+        return [{"tool": "tuned", "message": note, "ids": [s["id"] for s in settings]}] if note else []
 
     def boot_value(self, s, ctx, pending=None):
         found = None

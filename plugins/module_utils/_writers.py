@@ -82,6 +82,12 @@ def irqbalance_config(ctx):
     return "".join(read_text(ctx.path(path)) or "" for path in IRQBALANCE_CONFIGS)
 
 
+def unbanned_irqs(ctx, irqs):
+    """The IRQs of ``irqs`` that irqbalance's configuration does not ban (--banirq), sorted."""
+    text = irqbalance_config(ctx)
+    return sorted((k for k in irqs if "--banirq=%s" % k not in text), key=lambda k: int(k) if str(k).isdigit() else 0)
+
+
 def irqbalance(ctx, irqs=None):
     """A sentence on a running irqbalance and the IRQs it may move (of ``irqs``), or None."""
     if not running(ctx, "irqbalance"):
@@ -91,10 +97,7 @@ def irqbalance(ctx, irqs=None):
             "irqbalance runs: it moves interrupts between CPUs; the numa_irq layer bans the IRQs it pins "
             "(--banirq) and restarts it"
         )
-    text = irqbalance_config(ctx)
-    unbanned = sorted(
-        (k for k in irqs if "--banirq=%s" % k not in text), key=lambda k: int(k) if str(k).isdigit() else 0
-    )
+    unbanned = unbanned_irqs(ctx, irqs)
     if not unbanned:
         return "irqbalance runs; every IRQ stacktune pins is banned from it (--banirq)"
     return (

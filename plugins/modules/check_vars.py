@@ -12,7 +12,7 @@ DOCUMENTATION = r"""
 ---
 module: check_vars
 short_description: Check a role's variables strictly against its argument spec before anything changes
-version_added: 0.3.0
+version_added: 0.2.0
 author: stacktune maintainers (@stacktune)
 description:
   - "An action plugin: it runs on the controller and touches no host."

@@ -231,8 +231,10 @@ exit_code:
   description: 0 for pass, 1 for warn, 2 for reject.
   returned: success or rejection
   type: int
-warnings:
-  description: Problems that do not reject the node, in the shape of RV(rejections).
+acceptance_warnings:
+  description:
+    - Problems that do not reject the node, in the shape of RV(rejections).
+    - Each one's message is also an Ansible warning of the task.
   returned: success or rejection
   type: list
   elements: dict
@@ -459,7 +461,7 @@ def main():
         verdict=decision["verdict"],
         exit_code=decision["exit_code"],
         rejections=decision["rejections"],
-        warnings=decision["warnings"],
+        acceptance_warnings=decision["warnings"],
         notes=decision["notes"],
         summary=decision["summary"],
         measurements=decision["measurements"],
@@ -479,6 +481,8 @@ def main():
         metrics_path=written["metrics_path"],
     )
     result["changed"] = written["changed"]
+    for warning in decision["warnings"]:
+        module.warn("%s %s: %s" % (warning["check"], warning["subject"], warning["message"]))
     if module._diff and written["diff"]:
         result["diff"] = written["diff"]
     if not decision["accepted"] and p["fail_on_reject"]:

@@ -225,6 +225,12 @@ settings:
     changed:
       description: Whether this setting was written.
       type: bool
+    other_writers:
+      description:
+        - With I(state=verify), the other tools running on the host that may rewrite the setting
+          (tuned, irqbalance, nvidia-persistenced); the layer's C(notes) say how.
+      type: list
+      elements: str
 counts:
   description: Number of settings per status.
   returned: always

@@ -12,7 +12,7 @@ DOCUMENTATION = r"""
 ---
 module: journal_info
 short_description: List the layers the on-host journal of stacktune holds
-version_added: 0.1.0
+version_added: 0.2.0
 author: stacktune maintainers (@stacktune)
 description:
   - Reads the journal that M(stacktune.gpu.host_settings) keeps on the host and returns one
@@ -28,6 +28,16 @@ options:
     description: Also verify every journaled layer (read-only).
     type: bool
     default: false
+  unowned_in:
+    description:
+      - Also look in these directories (and two levels below them) for files that carry
+        stacktune's header but that no readable journal record owns (RV(unowned)); stacktune
+        wrote them, and no journal knows what they held before.
+      - Read after a rollback, this names what the rollback could not put back. In check mode
+        the journal still owns the files a real rollback would restore, so they are not named.
+    type: list
+    elements: path
+    default: []
   journal_dir:
     description: Directory of the on-host journal.
     type: path
@@ -54,6 +64,11 @@ seealso:
 EXAMPLES = r"""
 - name: List the layers in the journal
   stacktune.gpu.journal_info:
+  register: journaled
+
+- name: Name the stacktune files under /etc that no journal owns
+  stacktune.gpu.journal_info:
+    unowned_in: [/etc]
   register: journaled
 
 - name: List and verify every layer in one call
@@ -97,12 +112,18 @@ verified:
   returned: when verify is true
   type: list
   elements: dict
+unowned:
+  description: With I(unowned_in), the files there that carry stacktune's header and that no readable record owns.
+  returned: when unowned_in is given
+  type: list
+  elements: str
+  sample: [/etc/nccl.conf]
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.stacktune.gpu.plugins.module_utils._engine import Engine
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import open_journal
+from ansible_collections.stacktune.gpu.plugins.module_utils._journal import open_journal, unowned_files
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context, command_runner
 
 
@@ -112,6 +133,7 @@ def main():
             journal_dir=dict(type="path", default="/var/lib/stacktune"),
             root=dict(type="path", default="/"),
             verify=dict(type="bool", default=False),
+            unowned_in=dict(type="list", elements="path", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -131,6 +153,8 @@ def main():
                 for row in result["layers"]
                 if row["state"] != "unreadable"
             ]
+        if p["unowned_in"]:
+            result["unowned"] = unowned_files(p["unowned_in"], journal.owned_paths(), root=p["root"])
     except (OSError, IOError, ValueError) as exc:
         module.fail_json(msg="Failed to read the journal %s: %s" % (p["journal_dir"], exc))
     module.exit_json(**result)

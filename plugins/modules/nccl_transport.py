@@ -12,7 +12,7 @@ DOCUMENTATION = r"""
 ---
 module: nccl_transport
 short_description: Check which transport NCCL really picks between the GPUs of the host
-version_added: 0.3.0
+version_added: 0.2.0
 author: stacktune maintainers (@stacktune)
 description:
   - Starts one NCCL rank per GPU (up to O(max_ranks)) with C(NCCL_DEBUG=INFO), runs an

@@ -12,7 +12,7 @@ DOCUMENTATION = r"""
 ---
 module: run_lock
 short_description: Take, check or release the lock a whole stacktune run holds on a host
-version_added: 0.1.0
+version_added: 0.2.0
 description:
   - Every stacktune entry point that changes a host (tune, drift with fixing, rollback,
     calibrate, acceptance) takes this lock first and releases it at its end. While one run

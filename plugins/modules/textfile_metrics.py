@@ -12,7 +12,7 @@ DOCUMENTATION = r"""
 ---
 module: textfile_metrics
 short_description: Write stacktune's state as Prometheus metrics for node_exporter's textfile collector
-version_added: 0.1.0
+version_added: 0.2.0
 description:
   - Writes one Prometheus text exposition file per host with the state of every layer, its last gate
     decision and ratios, the drift found by the last drift run, and the time and result of the last run of

@@ -126,3 +126,37 @@ def test_every_module_documentation_is_yaml():
                 yaml.safe_load(text)
             except yaml.YAMLError as exc:
                 raise AssertionError("%s %s: %s" % (name, key, exc)) from None
+
+
+def _module_files():
+    modules = os.path.join(REPO, "plugins", "modules")
+    return sorted(os.path.join(modules, n) for n in os.listdir(modules) if n.endswith(".py"))
+
+
+@pytest.mark.parametrize("path", _module_files(), ids=os.path.basename)
+def test_no_module_returns_warnings_as_a_result_key(path):
+    """ansible-core 2.19 deprecates a ``warnings`` key in exit_json/fail_json (removed in 2.23):
+    modules call module.warn(). A result built with dict(..., warnings=...) or passed with
+    warnings= is refused, and so is a literal "warnings" key handed to exit_json/fail_json."""
+    with open(path) as handle:
+        tree = ast.parse(handle.read(), path)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if name not in ("exit_json", "fail_json", "dict"):
+            continue
+        for keyword in node.keywords:
+            assert keyword.arg != "warnings", "%s:%d passes warnings= to %s" % (path, node.lineno, name)
+            if keyword.arg is None and isinstance(keyword.value, ast.Dict) and name != "dict":
+                keys = [k.value for k in keyword.value.keys if isinstance(k, ast.Constant)]
+                assert "warnings" not in keys, "%s:%d hands a 'warnings' key to %s" % (path, node.lineno, name)
+
+
+def test_the_warnings_check_finds_what_it_refuses(tmp_path):
+    """The check above, on a module that does what ansible-core deprecates."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("module.exit_json(changed=False, warnings=['x'])\n")
+    with pytest.raises(AssertionError, match="passes warnings= to exit_json"):
+        test_no_module_returns_warnings_as_a_result_key(str(bad))

@@ -717,3 +717,16 @@ def test_a_drift_correction_leaves_a_kept_layer_kept(fakeroot, hash_tree):
     assert hash_tree(fakeroot) == kept
     assert not engine(fakeroot, "nccl").recover("tune-2")["changed"]
     assert hash_tree(fakeroot) == kept
+
+
+def test_verify_names_the_other_writer_on_each_setting_it_may_rewrite(fakeroot):
+    write(fakeroot, "/proc/200/comm", "irqbalance\n")
+    write(fakeroot, "/etc/default/irqbalance", 'IRQBALANCE_ARGS="--banirq=41"\n')
+    engine(fakeroot, "numa_irq").apply(NUMA, "run1")
+    rows = {r["key"]: r["other_writers"] for r in engine(fakeroot, "numa_irq").verify()["settings"]}
+    assert rows == {"41": [], "42": ["irqbalance"]}
+
+
+def test_verify_rows_name_no_other_writer_when_none_runs(fakeroot):
+    engine(fakeroot, "kernel").apply(KERNEL[:1], "run1")
+    assert [r["other_writers"] for r in engine(fakeroot, "kernel").verify()["settings"]] == [[]]

@@ -1,0 +1,43 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The verify table filter: one layer's verification as a fixed-width table, a list of lines.
+
+Documentation lives next to this file in verify_table.yml.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.stacktune.gpu.plugins.plugin_utils._verify_table import render_layer
+
+
+def _plain(value):
+    """Mappings and sequences as plain dicts and lists (Ansible hands lazy containers to filters)."""
+    if isinstance(value, dict) or hasattr(value, "items"):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def verify_table(result):
+    """Lines of the table of one layer's verification."""
+    result = _plain(result)
+    if not isinstance(result, dict) or "layer" not in result:
+        raise AnsibleFilterError(
+            "verify_table expects one layer's result of stacktune.gpu.host_settings state=verify "
+            "(an item of journal_info's verified), got %s" % type(result).__name__
+        )
+    return render_layer(result)
+
+
+class FilterModule:
+    """stacktune.gpu verify filters."""
+
+    def filters(self):
+        return {"verify_table": verify_table}
