@@ -879,6 +879,10 @@ class Engine(object):
             for kind_name in sorted(k for k in changed_kinds if k in KINDS):
                 self.notes.extend(KINDS[kind_name].after_persist(self.ctx, []))
             kill_point("after_units_restored", layer)
+        # A write the kernel refuses is tried again once the other values are back: some
+        # attributes depend on others (intel_pstate refuses an energy_performance_preference
+        # other than "performance" while the governor is still "performance").
+        refused = []
         for sid in sorted(target["live"]):
             s = entry["known"].get(sid)
             if s is None or KINDS[s["kind"]].unit_is_live:
@@ -896,10 +900,33 @@ class Engine(object):
                 if not self.check_mode:
                     try:
                         kind.write_live(s, original, self.ctx)
-                    except (OSError, IOError) as exc:
-                        wrote, status, reason = False, "unsupported", "the kernel refused the write: %s" % exc
+                    except (OSError, IOError):
+                        refused.append((sid, s, original))
+                        continue
             else:
                 status, reason = "unsupported", obs["why_not"]
+            rows.append(
+                {
+                    "id": sid,
+                    "kind": s["kind"],
+                    "key": s["key"],
+                    "expected": original,
+                    "live": obs["live"],
+                    "persisted": None,
+                    "status": status,
+                    "reason": reason,
+                    "changed": wrote,
+                }
+            )
+        for sid, s, original in refused:
+            kind = KINDS[s["kind"]]
+            obs = self.observe(s)
+            wrote, status, reason = True, "changed", "put back after the values it depends on"
+            if not kind.same(obs["live"], original):
+                try:
+                    kind.write_live(s, original, self.ctx)
+                except (OSError, IOError) as exc:
+                    wrote, status, reason = False, "unsupported", "the kernel refused the write: %s" % exc
             rows.append(
                 {
                     "id": sid,
