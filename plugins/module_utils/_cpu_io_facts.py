@@ -208,3 +208,46 @@ def holding(block_facts, path):
         if inside and (best is None or len(point) >= len(best["mount"])):
             best = m  # a later mount over the same point hides the earlier one
     return best
+
+
+def io_targets(block_facts, paths):
+    """The disks the io layer tunes for ``paths``, one entry per disk (or per filesystem
+    without a block device): ``{"paths", "mount", "dev", "disk", "members", "reason"}``.
+
+    ``disk`` is the disk the filesystem lies on (readahead is set there); ``members`` the
+    disks under it (the same disk, or the members of a device-mapper or md device: the
+    scheduler and queue depth are set there). ``disk`` is None, with a ``reason``, for a
+    path on no block device.
+    """
+    out, by_key = [], {}
+    for path in paths or []:
+        m = holding(block_facts, path)
+        if m is None:
+            key = ("none", str(path))
+            target = {"mount": None, "dev": "0:0", "disk": None, "members": [], "reason": "%s is not mounted" % path}
+        elif m.get("disk") is None:
+            key = ("dev", m["dev"])
+            target = {
+                "mount": m["mount"],
+                "dev": m["dev"],
+                "disk": None,
+                "members": [],
+                "reason": "%s lies on %s (%s %s), which is on no block device"
+                % (path, m["mount"], m["fstype"], m["source"]),
+            }
+        else:
+            key = ("disk", m["disk"])
+            target = {
+                "mount": m["mount"],
+                "dev": m["dev"],
+                "disk": m["disk"],
+                "members": list(m["members"]),
+                "reason": None,
+            }
+        if key in by_key:
+            by_key[key]["paths"].append(str(path))
+            continue
+        target["paths"] = [str(path)]
+        by_key[key] = target
+        out.append(target)
+    return out

@@ -638,7 +638,7 @@ class Engine(object):
 
         # live values first: what the kernel refuses is never persisted for the next boot
         written = []
-        for s in live_changes:
+        for s in sorted(live_changes, key=self._write_rank):
             try:
                 KINDS[s["kind"]].write_live(s, s["value"], self.ctx)
             except (OSError, IOError) as exc:
@@ -699,6 +699,10 @@ class Engine(object):
             self.journal.save(before_apply)
         else:
             fileops.remove(self.journal.path(entry["layer"]))
+
+    @staticmethod
+    def _write_rank(s):
+        return KINDS[s["kind"]].write_rank(s) if s is not None and s.get("kind") in KINDS else 1
 
     def _unit_key_of(self, s):
         unit, _err = self._unit(s)
@@ -883,7 +887,7 @@ class Engine(object):
         # attributes depend on others (intel_pstate refuses an energy_performance_preference
         # other than "performance" while the governor is still "performance").
         refused = []
-        for sid in sorted(target["live"]):
+        for sid in sorted(target["live"], key=lambda sid: (self._write_rank(entry["known"].get(sid)), sid)):
             s = entry["known"].get(sid)
             if s is None or KINDS[s["kind"]].unit_is_live:
                 continue

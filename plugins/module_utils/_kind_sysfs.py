@@ -49,6 +49,11 @@ _WILDCARD = re.compile(r"[*?]")
 _NATURAL = re.compile(r"([0-9]+)")
 _ATTRIBUTE = re.compile(r"^[A-Za-z0-9_.-]+$")
 MISSING = ("fail", "unsupported")
+# Attributes whose write resets others: a queue's scheduler resets its nr_requests, and
+# intel_pstate/amd-pstate take no energy_performance_preference but "performance" while
+# the governor is performance (switching it back restores the preference saved before).
+# They are written first, live (apply and restore) and at boot.
+WRITE_FIRST = ("scaling_governor", "scheduler")
 TMPFILES = "/etc/tmpfiles.d/stacktune-%s.conf"
 TMPFILES_DIRS = ("/etc/tmpfiles.d", "/run/tmpfiles.d", "/usr/local/lib/tmpfiles.d", "/usr/lib/tmpfiles.d")
 
@@ -87,9 +92,18 @@ def tmpfiles_boot_value(ctx, path, pending=None):
     return None
 
 
+def write_rank(path):
+    """0 for an attribute whose write changes others in its directory, else 1."""
+    return 0 if path.rsplit("/", 1)[-1] in WRITE_FIRST else 1
+
+
 def render_tmpfiles(settings, layer):
-    """Render a tmpfiles.d drop-in; every setting carries the host path it writes."""
-    ordered = sorted(settings, key=lambda s: s["path"])
+    """Render a tmpfiles.d drop-in; every setting carries the host path it writes.
+
+    Lines are in path order, except that the attributes of WRITE_FIRST come before the
+    others, so that systemd-tmpfiles (which writes in file order) leaves the others as set.
+    """
+    ordered = sorted(settings, key=lambda s: (write_rank(s["path"]), s["path"]))
     return HEADER % layer + "".join("w %s - - - - %s\n" % (s["path"], s["value"]) for s in ordered)
 
 
@@ -163,6 +177,9 @@ class SysfsKind(Kind):
 
     def parse_live(self, text):
         return active_choice(text)
+
+    def write_rank(self, s):
+        return write_rank(s["path"])
 
     def unit(self, s, ctx):
         return {"type": "dropin", "path": TMPFILES % ctx.layer, "kind": "tmpfiles"}
