@@ -32,6 +32,7 @@ import os
 import re
 
 from ansible_collections.stacktune.gpu.plugins.module_utils._dropins import ordered_files
+from ansible_collections.stacktune.gpu.plugins.module_utils import _writers
 from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import read_text
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
     HEADER,
@@ -54,6 +55,8 @@ MISSING = ("fail", "unsupported")
 # the governor is performance (switching it back restores the preference saved before).
 # They are written first, live (apply and restore) and at boot.
 WRITE_FIRST = ("scaling_governor", "scheduler")
+# what other tools (TuneD, power-profiles-daemon, cpupower, udev rules) also set
+CPU_IO_PREFIXES = ("/sys/devices/system/cpu/", "/sys/firmware/acpi/platform_profile", "/sys/block/")
 TMPFILES = "/etc/tmpfiles.d/stacktune-%s.conf"
 TMPFILES_DIRS = ("/etc/tmpfiles.d", "/run/tmpfiles.d", "/usr/local/lib/tmpfiles.d", "/usr/lib/tmpfiles.d")
 
@@ -192,3 +195,8 @@ class SysfsKind(Kind):
 
     def boot_value(self, s, ctx, pending=None):
         return tmpfiles_boot_value(ctx, s["path"], pending)
+
+    def other_writers(self, settings, ctx):
+        if any(s["path"].startswith(CPU_IO_PREFIXES) or "/queue/" in s["path"] for s in settings):
+            return _writers.cpu_io_writers(ctx)
+        return []
