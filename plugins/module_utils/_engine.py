@@ -638,7 +638,7 @@ class Engine(object):
 
         # live values first: what the kernel refuses is never persisted for the next boot
         written = []
-        for s in live_changes:
+        for s in sorted(live_changes, key=self._write_rank):
             try:
                 KINDS[s["kind"]].write_live(s, s["value"], self.ctx)
             except (OSError, IOError) as exc:
@@ -699,6 +699,10 @@ class Engine(object):
             self.journal.save(before_apply)
         else:
             fileops.remove(self.journal.path(entry["layer"]))
+
+    @staticmethod
+    def _write_rank(s):
+        return KINDS[s["kind"]].write_rank(s) if s is not None and s.get("kind") in KINDS else 1
 
     def _unit_key_of(self, s):
         unit, _err = self._unit(s)
@@ -885,7 +889,11 @@ class Engine(object):
             for kind_name in sorted(k for k in changed_kinds if k in KINDS):
                 self.notes.extend(KINDS[kind_name].after_persist(self.ctx, []))
             kill_point("after_units_restored", layer)
-        for sid in sorted(target["live"]):
+        # A write the kernel refuses is tried again once the other values are back: some
+        # attributes depend on others (intel_pstate refuses an energy_performance_preference
+        # other than "performance" while the governor is still "performance").
+        refused = []
+        for sid in sorted(target["live"], key=lambda sid: (self._write_rank(entry["known"].get(sid)), sid)):
             s = entry["known"].get(sid)
             if s is None or KINDS[s["kind"]].unit_is_live:
                 continue
@@ -902,10 +910,33 @@ class Engine(object):
                 if not self.check_mode:
                     try:
                         kind.write_live(s, original, self.ctx)
-                    except (OSError, IOError) as exc:
-                        wrote, status, reason = False, "unsupported", "the kernel refused the write: %s" % exc
+                    except (OSError, IOError):
+                        refused.append((sid, s, original))
+                        continue
             else:
                 status, reason = "unsupported", obs["why_not"]
+            rows.append(
+                {
+                    "id": sid,
+                    "kind": s["kind"],
+                    "key": s["key"],
+                    "expected": original,
+                    "live": obs["live"],
+                    "persisted": None,
+                    "status": status,
+                    "reason": reason,
+                    "changed": wrote,
+                }
+            )
+        for sid, s, original in refused:
+            kind = KINDS[s["kind"]]
+            obs = self.observe(s)
+            wrote, status, reason = True, "changed", "put back after the values it depends on"
+            if not kind.same(obs["live"], original):
+                try:
+                    kind.write_live(s, original, self.ctx)
+                except (OSError, IOError) as exc:
+                    wrote, status, reason = False, "unsupported", "the kernel refused the write: %s" % exc
             rows.append(
                 {
                     "id": sid,

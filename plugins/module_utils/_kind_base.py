@@ -117,6 +117,11 @@ class Kind(object):
             return a is b
         return norm_ws(a) == norm_ws(b)
 
+    def write_rank(self, s):
+        """Settings of lower rank are written first, live and at boot (0: a value whose write
+        resets others, such as a block queue's scheduler, which resets nr_requests)."""
+        return 1
+
     # persistence
     def unit(self, s, ctx):
         return None

@@ -20,6 +20,7 @@ import posixpath
 import re
 
 from ansible_collections.stacktune.gpu.plugins.module_utils import _pcie
+from ansible_collections.stacktune.gpu.plugins.module_utils._cpu_io_facts import block, cpu_power
 
 SCHEMA_VERSION = 1
 # 2: config space bytes, peer-memory modules, RDMA ports, NVML fabric state and the
@@ -762,6 +763,8 @@ def build_facts(fs, raw):
         "pcie_paths": paths["pcie_paths"],
         "gpudirect": paths["gpudirect"],
         "fabric": paths["fabric"],
+        "cpu": cpu_power(fs),
+        "block": block(fs),
     }
     facts["findings"] = derive_findings(facts, nvml_available=bool(nvml.get("available")), nvidia_pci=nvidia_pci)
     return facts

@@ -153,6 +153,56 @@ def later_dropins(ctx):
     return out
 
 
+UDEV_RULES_DIRS = ("/etc/udev/rules.d", "/run/udev/rules.d", "/usr/lib/udev/rules.d", "/lib/udev/rules.d")
+# udev rules that set what the io layer sets (ATTR{queue/scheduler}="none") or run a tool for it
+_UDEV_QUEUE = re.compile(
+    r"ATTRS?\{(queue/(scheduler|read_ahead_kb|nr_requests)|bdi/read_ahead_kb)\}\s*=[^=]|blockdev\s+--setra", re.M
+)
+CPUPOWER_UNITS = (
+    "/etc/systemd/system/multi-user.target.wants/cpupower.service",
+    "/etc/systemd/system/multi-user.target.wants/cpufrequtils.service",
+    "/etc/default/cpufrequtils",
+)
+
+
+def cpu_io_writers(ctx):
+    """Sentences on the tools that set CPU frequency, energy and block queue attributes."""
+    out = []
+    if read_text(ctx.path("/etc/tuned/active_profile")):
+        out.append(
+            "TuneD: its [cpu] plugin sets the governor, energy_perf_bias and min_perf_pct, its [acpi] plugin the "
+            "platform profile and its [disk] plugin readahead and the scheduler, each time it applies its profile: "
+            "where its profile has them, they undo the cpu and io layers' values"
+        )
+    if running(ctx, "power-profiles-"):  # /proc/<pid>/comm keeps 15 characters
+        out.append(
+            "power-profiles-daemon runs: it sets the ACPI platform profile and the energy_performance_preference "
+            "when its profile changes (or at start), over the cpu layer's values"
+        )
+    found = [p for p in CPUPOWER_UNITS if os.path.exists(ctx.path(p))]
+    if found:
+        out.append(
+            "cpupower/cpufrequtils is set to run at boot (%s): it sets the governor after systemd-tmpfiles, over the "
+            "cpu layer's persisted value" % ", ".join(found)
+        )
+    rules = {}
+    for directory in reversed(UDEV_RULES_DIRS):  # a file in /etc masks the same name in /usr/lib
+        try:
+            listed = os.listdir(ctx.path(directory))
+        except OSError:
+            continue
+        for name in listed:
+            if name.endswith(".rules"):
+                rules[name] = directory + "/" + name
+    queue = sorted(p for n, p in rules.items() if _UDEV_QUEUE.search(read_text(ctx.path(p)) or ""))
+    if queue:
+        out.append(
+            "udev rules set block queue attributes (%s): they apply whenever a disk appears, at boot after "
+            "systemd-tmpfiles, over the io layer's values" % ", ".join(queue)
+        )
+    return out
+
+
 def host_writers(ctx):
     """``[{"tool", "message"}]``: every other writer found on the host, for preflight."""
     out = []
@@ -163,5 +213,6 @@ def host_writers(ctx):
     ):
         if message:
             out.append({"tool": tool, "message": message})
+    out.extend({"tool": "cpu-io", "message": m} for m in cpu_io_writers(ctx))
     out.extend({"tool": "drop-ins", "message": m} for m in later_dropins(ctx))
     return out

@@ -69,6 +69,12 @@ options:
       - The settings, each a dict with C(kind), C(key), C(value) and kind-specific keys
         (C(device) for irq_affinity, C(option) for mount, C(path) for env_var, C(mode) for
         file, C(gpu) for nvml).
+      - "A C(sysfs) setting may name many attributes: C(key) with C(*) or C(?) wildcards
+        (C(/sys/devices/system/cpu/cpufreq/policy*/scaling_governor)) expands to every attribute
+        found, in natural order; C(missing=unsupported) (default C(fail)) reports an attribute the
+        host does not expose as C(unsupported) with C(reason); C(choices_from) names the attribute
+        of the same directory that lists the values the kernel takes (C(scaling_available_governors),
+        or C(scheduler) itself), and a value not listed fails before anything changes."
       - A setting with C(at_least=true) and an integer C(value) is a minimum. It is applied
         only where the host's own value is lower, the original the journal kept while the
         layer holds the setting, else the live value. A host at or above it keeps its value,

@@ -54,6 +54,8 @@ needs_h200 = pytest.mark.skipif(
 
 TOP_KEYS = {
     "schema_version",
+    "cpu",
+    "block",
     "collected_at",
     "reason",
     "gpu_count",
