@@ -38,6 +38,17 @@ options:
     type: list
     elements: path
     default: []
+  check_lock_for:
+    description:
+      - The run id of a read-only run (verify, a drift report). Before anything is read, check
+        that no other run holds the host's run lock, as M(stacktune.gpu.run_lock)
+        C(state=checked) does, and fail naming the holder and the command to run if it is gone;
+        so such a run costs one module run per host. Unset, the lock is not looked at.
+    type: str
+  break_lock:
+    description: With I(check_lock_for), read even while another run holds the lock (C(stacktune_lock_break)).
+    type: bool
+    default: false
   journal_dir:
     description: Directory of the on-host journal.
     type: path
@@ -74,6 +85,12 @@ EXAMPLES = r"""
 - name: List and verify every layer in one call
   stacktune.gpu.journal_info:
     verify: true
+  register: journaled
+
+- name: The same for a drift report, refused while another run holds the host
+  stacktune.gpu.journal_info:
+    verify: true
+    check_lock_for: drift-20261201T000000Z
   register: journaled
 """
 
@@ -112,6 +129,12 @@ verified:
   returned: when verify is true
   type: list
   elements: dict
+lock_holder:
+  description:
+    - With I(check_lock_for), the run that holds the host's lock (null when none), as
+      M(stacktune.gpu.run_lock) returns it.
+  returned: when check_lock_for is given
+  type: dict
 unowned:
   description: With I(unowned_in), the files there that carry stacktune's header and that no readable record owns.
   returned: when unowned_in is given
@@ -123,7 +146,12 @@ unowned:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.stacktune.gpu.plugins.module_utils._engine import Engine
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import open_journal, unowned_files
+from ansible_collections.stacktune.gpu.plugins.module_utils._journal import (
+    HostLocked,
+    RunLock,
+    open_journal,
+    unowned_files,
+)
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context, command_runner
 
 
@@ -134,6 +162,8 @@ def main():
             root=dict(type="path", default="/"),
             verify=dict(type="bool", default=False),
             unowned_in=dict(type="list", elements="path", default=[]),
+            check_lock_for=dict(type="str"),
+            break_lock=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -143,6 +173,16 @@ def main():
 
     journal = open_journal(p["journal_dir"], p["root"])
     result = {"changed": False}
+    if p["check_lock_for"]:
+        lock = RunLock(p["root"])
+        try:
+            result["lock_holder"] = lock.holder()
+            if not p["break_lock"]:
+                lock.check(p["check_lock_for"])
+        except HostLocked as exc:
+            module.fail_json(msg="Failed to check the run lock: %s" % exc, lock_holder=exc.holder)
+        except (OSError, IOError, ValueError) as exc:
+            module.fail_json(msg="Failed to check the run lock: %s" % exc)
     try:
         result["layers"] = journal.summary()
         if p["verify"]:

@@ -145,3 +145,22 @@ def test_links_and_files_without_the_header_are_not_named(tmp_path):
 
 def test_a_missing_directory_is_no_error(tmp_path):
     assert unowned_files(["/etc"], [], root=str(tmp_path)) == []
+
+
+def test_a_read_only_run_checks_the_lock_in_the_same_call(fakeroot, capsys):
+    """Verify and a drift report check the run lock in the listing's module run: one module run per host."""
+    from ansible_collections.stacktune.gpu.plugins.module_utils._journal import RunLock
+
+    engine(fakeroot, "nccl").apply(NCCL, "run1")
+    free = run_module(capsys, fakeroot, verify=True, check_lock_for="drift-1")
+    assert not free.get("failed") and free["lock_holder"] is None and [v["layer"] for v in free["verified"]] == ["nccl"]
+
+    RunLock(str(fakeroot)).take("tune-7", "alice@ctl", 600, entry="tune")
+    held = run_module(capsys, fakeroot, verify=True, check_lock_for="drift-2")
+    assert held["failed"] and held["msg"].startswith("Failed to check the run lock:")
+    assert "tune-7" in held["msg"] and held["lock_holder"]["run_id"] == "tune-7"
+    assert "verified" not in held  # nothing was read for a host another run is tuning
+
+    broken = run_module(capsys, fakeroot, verify=True, check_lock_for="drift-3", break_lock=True)
+    assert not broken.get("failed") and broken["lock_holder"]["run_id"] == "tune-7"
+    assert RunLock(str(fakeroot)).holder()["run_id"] == "tune-7"  # a read-only run never takes or breaks it
