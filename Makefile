@@ -20,7 +20,7 @@ REPLAY_ARGS ?=
 SCENARIOS ?= default layers gate failures privileged fleet safety
 PY_SOURCES := plugins tests benchmarks
 
-.PHONY: tune verify drift rollback calibrate facts test lint sanity unit molecule test-safety test-gpu bench bench-gate bench-facts bench-drift deps-run deps-test image clean
+.PHONY: tune verify drift rollback calibrate facts test lint sanity unit installed molecule test-safety test-gpu bench bench-gate bench-facts bench-drift deps-run deps-test image clean
 
 ## make tune: set up .venv and tune this machine (ansible-playbook tune.yml, local inventory)
 tune: deps-run
@@ -46,8 +46,8 @@ calibrate: deps-run
 facts: deps-run
 	ansible-playbook playbooks/facts.yml $(ARGS)
 
-## make test: every check CI runs: lint, sanity, unit tests, molecule scenarios
-test: deps-test lint sanity unit molecule
+## make test: every check CI runs: lint, sanity, unit tests, the installed collection, molecule scenarios
+test: deps-test lint sanity unit installed molecule
 
 deps-run:
 	@tools/bootstrap.sh run
@@ -68,6 +68,10 @@ sanity: deps-test
 
 unit: deps-test
 	pytest
+
+## make installed: build and install the tarball, then run the entry points from an empty directory as a user who is not root
+installed: deps-test
+	tests/integration/installed.sh
 
 image: deps-test
 	tests/molecule/build-image.sh

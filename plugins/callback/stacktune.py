@@ -164,6 +164,8 @@ class CallbackModule(DefaultCallback):
             items = [r for r in res.get("results") or [] if isinstance(r, dict) and not r.get("skipped")]
             var = (task.args or {}).get("var")
             lines = [line for r in items for line in self._messages(r, var)] if items else self._messages(res, var)
+            # "next: ..." lines are for Ansible's own output; this callback gives them once, at the recap
+            lines = [line for line in lines if not str(line).startswith("next: ")]
             if lines:
                 self._say(self._task_name(result), color="cyan", host=host)
                 for line in lines:

@@ -56,7 +56,13 @@ def test_quiet_tasks_are_counted_and_changes_messages_and_failures_are_printed(c
     applied = task("Apply kernel settings", "stacktune.gpu.host_settings")
     callback.v2_runner_on_ok(result(host, applied, {"changed": True}))
     said = task("Show the outcome per layer", "ansible.builtin.debug")
-    callback.v2_runner_on_ok(result(host, said, {"msg": ["kernel: kept (5 setting(s)) - keep: faster"]}))
+    callback.v2_runner_on_ok(
+        result(
+            host,
+            said,
+            {"msg": ["kernel: kept (5 setting(s)) - keep: faster", "next: check what is applied: make verify"]},
+        )
+    )
     broken = task("Run preflight", "stacktune.gpu.preflight")
     callback.v2_runner_on_failed(result(host, broken, {"failed": True, "msg": "power budget over the PSU"}))
 
@@ -66,6 +72,7 @@ def test_quiet_tasks_are_counted_and_changes_messages_and_failures_are_printed(c
     assert re.search(r"^\d\d:\d\d:\d\d gpu01 \| FAILED: Run preflight$", out, re.M)
     assert "power budget over the PSU" in out
     assert "Read the journal" not in out
+    assert "make verify" not in out  # next commands come once, at the recap
 
 
 def test_the_recap_keeps_ansibles_line_format_and_names_reports_and_next_steps(callback):
