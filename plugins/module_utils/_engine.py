@@ -136,6 +136,21 @@ def _same_settings(a, b):
     return sorted(a or [], key=_setting_id) == sorted(b or [], key=_setting_id)
 
 
+def _restored_row(sid, s, original, obs, status, reason, wrote):
+    """One live value's row in a restore's result."""
+    return {
+        "id": sid,
+        "kind": s["kind"],
+        "key": s["key"],
+        "expected": original,
+        "live": obs["live"],
+        "persisted": None,
+        "status": status,
+        "reason": reason,
+        "changed": wrote,
+    }
+
+
 class Engine(object):
     def __init__(self, ctx, journal, check_mode=False, retry_rejected=False):
         self.ctx = ctx
@@ -915,19 +930,7 @@ class Engine(object):
                         continue
             else:
                 status, reason = "unsupported", obs["why_not"]
-            rows.append(
-                {
-                    "id": sid,
-                    "kind": s["kind"],
-                    "key": s["key"],
-                    "expected": original,
-                    "live": obs["live"],
-                    "persisted": None,
-                    "status": status,
-                    "reason": reason,
-                    "changed": wrote,
-                }
-            )
+            rows.append(_restored_row(sid, s, original, obs, status, reason, wrote))
         for sid, s, original in refused:
             kind = KINDS[s["kind"]]
             obs = self.observe(s)
@@ -937,19 +940,7 @@ class Engine(object):
                     kind.write_live(s, original, self.ctx)
                 except (OSError, IOError) as exc:
                     wrote, status, reason = False, "unsupported", "the kernel refused the write: %s" % exc
-            rows.append(
-                {
-                    "id": sid,
-                    "kind": s["kind"],
-                    "key": s["key"],
-                    "expected": original,
-                    "live": obs["live"],
-                    "persisted": None,
-                    "status": status,
-                    "reason": reason,
-                    "changed": wrote,
-                }
-            )
+            rows.append(_restored_row(sid, s, original, obs, status, reason, wrote))
         if not self.check_mode and not recovering:
             kill_point("before_restore_journal", layer)
             if to == "original":
