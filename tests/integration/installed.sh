@@ -134,6 +134,23 @@ run drift --check
 run rollback --check
 run facts
 
+# from a directory the user cannot write (a read-only project checkout, AWX): the reports go
+# to the user's state directory instead
+mkdir -p "$work/readonly"
+chmod 0555 "$work/readonly"
+# shellcheck disable=SC2016  # $0 and $@ are the inner shell's
+if as_user env -i HOME="$home" PATH="/usr/sbin:/usr/bin:/sbin:/bin" LANG=C.UTF-8 ${pythonpath:+PYTHONPATH="$pythonpath"} \
+     ANSIBLE_COLLECTIONS_PATH="$work/collections" ANSIBLE_STDOUT_CALLBACK=default \
+     bash -c 'cd "$0" && exec "$@"' "$work/readonly" \
+     "${ap[@]}" -i localhost, -c local -b -e "ansible_python_interpreter=$python_on_host" stacktune.gpu.facts \
+     > "$work/readonly.log" 2>&1 && grep -q "$home/.local/state/stacktune/reports/facts/" "$work/readonly.log"; then
+  echo "installed: ok: from a read-only directory the reports go to $home/.local/state/stacktune/reports"
+else
+  echo "installed: FAILED: from a read-only directory (log follows)"
+  tail -20 "$work/readonly.log"
+  failed=1
+fi
+
 written="$(find "$installed" -newer "$work/before" -not -path '*/__pycache__*' -print | head -5)"
 if [ -n "$written" ]; then
   echo "installed: FAILED: written under the installed collection: $written"
