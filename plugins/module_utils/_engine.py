@@ -195,6 +195,8 @@ class Engine(object):
                         "kind": spec.get("kind"),
                         "key": spec.get("key"),
                         "expected": spec.get("value"),
+                        "live": None,
+                        "persisted": None,
                         "status": "unsupported",
                         "reason": str(exc),
                         "changed": False,

@@ -266,6 +266,8 @@ def test_acpi_cpufreq_host_reports_what_it_lacks(acpi_host):
         row = rows["sysfs:%s" % key]
         assert row["status"] == "unsupported"
         assert row["reason"].startswith(why)
+        # the same row shape as every other setting: the report and verify's table read live and persisted
+        assert row["live"] is None and row["persisted"] is None
     assert result["layer_state"] == "applied"
 
 
