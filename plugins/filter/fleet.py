@@ -16,17 +16,9 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.stacktune.gpu.plugins.module_utils._fleet import fleet_report as build_report
 from ansible_collections.stacktune.gpu.plugins.module_utils._fleet import render_markdown
+from ansible_collections.stacktune.gpu.plugins.plugin_utils._plain import plain
 
 OUTPUTS = ("data", "markdown")
-
-
-def _plain(value):
-    """Mappings and sequences as plain dicts and lists (Ansible hands lazy containers to filters)."""
-    if isinstance(value, dict) or hasattr(value, "items"):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
 
 
 def fleet_report(
@@ -58,11 +50,11 @@ def fleet_report(
     rule = {"min_hosts": acceptance_min_hosts, "z": acceptance_z, "min_deviation": acceptance_min_deviation}
     try:
         report = build_report(
-            _plain(data),
-            groups=_plain(groups) if groups is not None else None,
-            driver_packages=_plain(driver_packages) if driver_packages is not None else None,
+            plain(data),
+            groups=plain(groups) if groups is not None else None,
+            driver_packages=plain(driver_packages) if driver_packages is not None else None,
             fields=list(fields) if fields else None,
-            acceptance=_plain(acceptance) if acceptance is not None else None,
+            acceptance=plain(acceptance) if acceptance is not None else None,
             acceptance_rule=rule,
         )
     except (TypeError, ValueError) as exc:

@@ -12,15 +12,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.stacktune.gpu.plugins.module_utils._blocks import GateSettingError, check_settings
 from ansible_collections.stacktune.gpu.plugins.module_utils._gate import judge
-
-
-def _plain(value):
-    """Copy Ansible's template containers into plain lists/dicts the gate can check."""
-    if isinstance(value, dict) or (hasattr(value, "keys") and hasattr(value, "items")):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
+from ansible_collections.stacktune.gpu.plugins.plugin_utils._plain import plain
 
 
 def perf_gate(
@@ -41,8 +33,8 @@ def perf_gate(
     """Judge ``after`` against ``before``; returns the gate's decision dict."""
     try:
         return judge(
-            _plain(before),
-            _plain(after),
+            plain(before),
+            plain(after),
             policy=policy,
             tail_quantile=tail_quantile,
             tail_tolerance=tail_tolerance,
@@ -62,7 +54,7 @@ def perf_gate(
 def gate_settings_check(settings, budget=None, workloads=None):
     """'' when the gate's settings, budget and workload table are valid, else the message naming the variable."""
     try:
-        check_settings(_plain(settings), _plain(budget) if budget is not None else {}, _plain(workloads))
+        check_settings(plain(settings), plain(budget) if budget is not None else {}, plain(workloads))
     except GateSettingError as exc:
         return str(exc)
     return ""

@@ -14,20 +14,12 @@ __metaclass__ = type
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._verify_table import render_layer
-
-
-def _plain(value):
-    """Mappings and sequences as plain dicts and lists (Ansible hands lazy containers to filters)."""
-    if isinstance(value, dict) or hasattr(value, "items"):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
+from ansible_collections.stacktune.gpu.plugins.plugin_utils._plain import plain
 
 
 def verify_table(result):
     """Lines of the table of one layer's verification."""
-    result = _plain(result)
+    result = plain(result)
     if not isinstance(result, dict) or "layer" not in result:
         raise AnsibleFilterError(
             "verify_table expects one layer's result of stacktune.gpu.host_settings state=verify "
