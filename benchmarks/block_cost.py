@@ -53,7 +53,7 @@ def main(argv=None):
         sizes[name] = int(value)
     base = bench.default_params(python=args.python, steps=args.steps, warmup=args.warmup)
     started = time.time()
-    runner = bench.measure(dict(base, runner_state="started"))
+    runner = bench.measure(dict(base, runner_state="started", runner_workloads=args.workloads.split(",")))
     print(
         "block runner ready in %.2f s (interpreter start and imports, paid once per layer)" % runner["runner_start_s"]
     )

@@ -11,7 +11,9 @@ recording. Arms are environments: ``--arm base`` (nothing added) and, for exampl
 ``--arm 'nch4:NCCL_MAX_NCHANNELS=4'``. Blocks of the arms are interleaved round by round
 (base, nch4, base, nch4, ... with the order reversed every other round), so drift of the
 host falls on every arm alike. Needs only the Python standard library here; the workload
-interpreter (``--python``) needs PyTorch with CUDA for the GPU workloads.
+interpreter (``--python``) needs PyTorch with CUDA for the GPU workloads. With ``--runner``
+the blocks are forked from the block runner, as the gate runs them (``stacktune_bench_runner``),
+through the bench module's own code (``PYTHONPATH=collections``).
 
     python3 benchmarks/record_blocks.py --workload gemm --blocks 12 --out /tmp/gemm.json
     python3 benchmarks/record_blocks.py --workload allreduce --size 64 --blocks 8 \\
@@ -44,6 +46,36 @@ def parse_arm(text):
     return name, env
 
 
+def _throttles(conditions):
+    seen = set()
+    for entry in ((conditions or {}).get("during") or {}).values():
+        seen.update(entry.get("throttle_reasons_seen") or [])
+    seen.discard("gpu_idle")
+    return sorted(seen)
+
+
+def run_runner_block(bench, base, socket_path, cfg, extra_env):
+    """One block forked from the block runner, through the bench module."""
+    started = time.time()
+    t0 = time.perf_counter()
+    params = dict(base, workload=cfg["workload"], size=cfg["size"], runner_socket=socket_path, env=extra_env)
+    try:
+        res = bench.measure(params)
+    except bench.BenchFailure as exc:
+        raise SystemExit("block failed: %s" % exc.msg) from None
+    details = res.get("details") or {}
+    return {
+        "started": round(started, 3),
+        "wall_s": round(time.perf_counter() - t0, 3),
+        "measure_s": details.get("measure_s"),
+        "samples_ms": [float("%.5g" % s) for s in res["samples_ms"]],
+        "work_per_step": (res.get("throughput") or {}).get("work_per_step"),
+        "work_unit": (res.get("throughput") or {}).get("unit"),
+        "throttle_reasons_seen": _throttles(res.get("conditions")),
+        "info": details.get("info"),
+    }
+
+
 def run_block(python, cfg, env, timeout):
     started = time.time()
     t0 = time.perf_counter()
@@ -63,10 +95,6 @@ def run_block(python, cfg, env, timeout):
         raise SystemExit("block failed: %s" % doc["error"])
     samples = doc["samples_ms"]
     conditions = doc.get("conditions") or {}
-    seen = set()
-    for entry in (conditions.get("during") or {}).values():
-        seen.update(entry.get("throttle_reasons_seen") or [])
-    seen.discard("gpu_idle")
     return {
         "started": round(started, 3),
         "wall_s": round(wall, 3),
@@ -74,7 +102,7 @@ def run_block(python, cfg, env, timeout):
         "samples_ms": [float("%.5g" % s) for s in samples],
         "work_per_step": doc.get("work_per_step"),
         "work_unit": doc.get("work_unit"),
-        "throttle_reasons_seen": sorted(seen),
+        "throttle_reasons_seen": _throttles(conditions),
         "info": doc.get("info"),
     }
 
@@ -91,6 +119,7 @@ def main(argv=None):
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--timeout", type=int, default=300)
     parser.add_argument("--arm", action="append", type=parse_arm, help="name[:KEY=VALUE,...]; default one arm 'base'")
+    parser.add_argument("--runner", action="store_true", help="fork the blocks from the block runner, as the gate does")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     arms = args.arm or [("base", {})]
@@ -111,12 +140,39 @@ def main(argv=None):
         "order": [],
         "arms": {name: {"env": env, "blocks": []} for name, env in arms},
     }
+    runner = bench = base = None
+    if args.runner:
+        from ansible_collections.stacktune.gpu.plugins.modules import bench  # pylint: disable=import-outside-toplevel
+
+        base = bench.default_params(
+            python=args.python,
+            steps=args.steps,
+            warmup=args.warmup,
+            device=args.device,
+            workers=args.workers,
+            timeout=args.timeout,
+        )
+        runner = bench.measure(dict(base, runner_state="started", runner_workloads=[args.workload]))
+        doc["runner"] = {"start_s": runner["runner_start_s"], "imports": runner.get("runner_imports")}
+        print("block runner ready in %.2f s" % runner["runner_start_s"], flush=True)
+    try:
+        record_rounds(args, arms, cfg, doc, bench, base, runner)
+    finally:
+        if runner:
+            bench.measure(dict(base, runner_state="stopped", runner_socket=runner["runner_socket"]))
+    return 0
+
+
+def record_rounds(args, arms, cfg, doc, bench, base, runner):
     for rnd in range(args.blocks):
         order = arms if rnd % 2 == 0 else list(reversed(arms))
         for name, extra in order:
-            env = dict(os.environ)
-            env.update(extra)
-            block = run_block(args.python, cfg, env, args.timeout)
+            if runner:
+                block = run_runner_block(bench, base, runner["runner_socket"], cfg, extra)
+            else:
+                env = dict(os.environ)
+                env.update(extra)
+                block = run_block(args.python, cfg, env, args.timeout)
             block["round"] = rnd
             doc["arms"][name]["blocks"].append(block)
             doc["order"].append(name)
@@ -136,7 +192,6 @@ def main(argv=None):
             )
             with open(args.out, "w") as handle:
                 json.dump(doc, handle, separators=(",", ":"))
-    return 0
 
 
 if __name__ == "__main__":

@@ -97,7 +97,7 @@ class ActionModule(ActionBase):
         """A warm parent for the built-in workloads' blocks (the bench module's runner), or None."""
         if not bench.get("runner", True) or all(w == "command" for w in workloads):
             return None
-        args = {"runner_state": "started", "workload": workloads[0]}
+        args = {"runner_state": "started", "workload": workloads[0], "runner_workloads": list(workloads)}
         if bench.get("python"):
             args["python"] = bench["python"]
         if self._task.args.get("run_id"):
@@ -109,9 +109,17 @@ class ActionModule(ActionBase):
         except ModuleFailed as exc:
             display.warning("blocks start fresh interpreters: %s" % exc)
             return None
+        imports = ", ".join(
+            "%s %.1f s%s" % (i.get("module"), i.get("seconds") or 0.0, " (failed)" if i.get("error") else "")
+            for i in res.get("runner_imports") or []
+        )
         display.display(
-            "    %s: block runner ready in %.1f s"
-            % (self._task.args.get("layer") or "calibrate", res["runner_start_s"])
+            "    %s: block runner ready in %.1f s%s"
+            % (
+                self._task.args.get("layer") or "calibrate",
+                res["runner_start_s"],
+                " (imports: %s)" % imports if imports else "",
+            )
         )
         return res["runner_socket"]
 

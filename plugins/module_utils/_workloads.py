@@ -62,14 +62,13 @@ DEFAULT_SIZE = {
 # Measured steps per block when none are given. Longer blocks where ``_blocks.steps_for_noise``
 # found that blocks recorded on H200 hosts (tests/unit/fixtures/blocks) hardly differ from each
 # other, with the start-up a block cost there through the block runner: three times the
-# start-up's worth of steps for GEMM and all-reduce, the start-up's worth for the training step.
-# Where it asked for shorter blocks (DataLoader, copies) the default stays at 400: on the
-# one-H200 host 80-step DataLoader blocks resolved less per second than 400-step ones.
-# ``make calibrate`` prints the choice for a host's own noise.
+# start-up's worth of steps for GEMM and all-reduce. Where it asked for shorter blocks
+# (DataLoader, copies, and the training step since the runner imports its optimiser's modules
+# once) the default stays at 400: on the one-H200 host 80-step DataLoader blocks resolved less
+# per second than 400-step ones. ``make calibrate`` prints the choice for a host's own noise.
 DEFAULT_STEPS = {
     "gemm": 1800,
     "allreduce": 5000,
-    "train_step": 700,
 }
 DEFAULT_STEPS_OTHER = 400
 SIZE_MEANING = {
@@ -1293,12 +1292,49 @@ def _serve_one(listener, conn, folder, number):
     return False
 
 
+# What the block runner imports before it forks, per workload: torch for every GPU workload,
+# and what a workload's own set-up would otherwise import anew in every block. On the one-H200
+# host a train_step block spent 6.9-7.4 s building its model and optimiser when the parent had
+# imported torch only (the optimiser's first use imports torch._dynamo), 0.53-0.58 s when the
+# parent had imported these too (docs/benchmarks.md). None of them initialises CUDA.
+RUNNER_PRELOAD = {
+    "train_step": ("torch._dynamo", "torch.optim"),
+    "dataloader": ("torch.utils.data",),
+    "allreduce": ("torch.distributed",),
+}
+
+
+def runner_preload(workloads):
+    """The modules a runner for ``workloads`` imports, in order (none for CPU workloads only)."""
+    names = [w for w in workloads if w in GPU_WORKLOADS or w == "auto"]
+    if not names:
+        return []
+    modules = ["torch"]
+    for name in names:
+        modules.extend(m for m in RUNNER_PRELOAD.get(name, ()) if m not in modules)
+    return modules
+
+
+def _preload(modules, folder):
+    """Import ``modules`` and write what each took to ``ready.json`` in ``folder``."""
+    imports = []
+    for module in modules:
+        t0 = time.perf_counter()
+        error = None
+        try:
+            __import__(module)
+        except Exception as exc:  # noqa: BLE001 - a block that needs it reports the error itself
+            error = "%s: %s" % (type(exc).__name__, exc)
+        imports.append({"module": module, "seconds": round(time.perf_counter() - t0, 3), "error": error})
+    with open(os.path.join(folder, "ready.json"), "w") as handle:
+        json.dump({"imports": imports}, handle)
+    return imports
+
+
 def serve(cfg):
     """The block runner's loop (see above). ``cfg``: socket, run_id, lock_path, idle_s, preload."""
     folder = os.path.dirname(cfg["socket"])
-    for module in cfg.get("preload") or ():
-        with contextlib.suppress(Exception):
-            __import__(module)
+    _preload(cfg.get("preload") or (), folder)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(cfg["socket"] + ".tmp")
     os.chmod(cfg["socket"] + ".tmp", 0o600)

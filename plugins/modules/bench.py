@@ -143,6 +143,15 @@ options:
         that run no longer holds the host.
     type: str
     choices: [started, stopped]
+  runner_workloads:
+    description:
+      - With O(runner_state=started), the workloads the runner will run blocks of. Before the
+        first block it imports what they need (PyTorch for the GPU workloads, and for example
+        the optimiser's compiler front end for V(train_step)), so that no block pays those
+        imports again. Defaults to O(workload).
+    type: list
+    elements: str
+    version_added: 0.2.0
   runner_socket:
     description:
       - Run this built-in block in the runner at this socket (from O(runner_state=started))
@@ -301,6 +310,22 @@ runner_start_s:
   description: With O(runner_state=started), seconds until the runner answered (interpreter start and imports).
   returned: when a runner was started
   type: float
+runner_imports:
+  description: With O(runner_state=started), what the runner imported before answering, in order.
+  returned: when a runner was started
+  type: list
+  elements: dict
+  contains:
+    module:
+      description: The module imported.
+      type: str
+    seconds:
+      description: Seconds the import took.
+      type: float
+    error:
+      description: Why the import failed (a block that needs the module then reports it), or null.
+      type: str
+  sample: [{"module": "torch", "seconds": 4.8, "error": null}]
 error_line:
   description: The workload's own last words on failure (the last line of its error output), when there are any.
   returned: failure
@@ -359,6 +384,7 @@ ARGUMENT_SPEC = dict(
     run_id=dict(type="str"),
     runner_state=dict(type="str", choices=["started", "stopped"]),
     runner_socket=dict(type="path"),
+    runner_workloads=dict(type="list", elements="str"),
 )
 RUNNER_START_TIMEOUT_S = 180
 RUNNER_IDLE_S = 900
@@ -482,7 +508,7 @@ def start_runner(params):
             "run_id": params["run_id"],
             "lock_path": "/var/lib/stacktune/run.lock",
             "idle_s": RUNNER_IDLE_S,
-            "preload": ["torch"],
+            "preload": _workloads.runner_preload(params["runner_workloads"] or [params["workload"]]),
         }
     }
     started = time.time()
@@ -502,10 +528,16 @@ def start_runner(params):
                 failure="start",
             )
         time.sleep(0.05)
+    try:
+        with open(os.path.join(folder, "ready.json")) as handle:
+            imports = json.load(handle).get("imports") or []
+    except (IOError, OSError, ValueError):
+        imports = []
     return {
         "changed": False,
         "runner_socket": sock,
         "runner_start_s": round(time.time() - started, 2),
+        "runner_imports": imports,
         "workload": params["workload"],
     }
 

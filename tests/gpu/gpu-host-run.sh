@@ -12,7 +12,7 @@ RUN_DIR="${RUN_DIR:-/tmp/stacktune-gpu-run}"
 mkdir -p "$RUN_DIR"
 log="$RUN_DIR/gpu-host-run.log"
 exec > >(tee -a "$log") 2>&1
-steps="${*:-capture pytest facts bench tune acceptance}"  # also: safety failures signals cost cost-default gate-a gate-b calibrate nccl acceptance-depth
+steps="${*:-capture pytest facts bench tune acceptance}"  # also: safety failures signals cost cost-default gate-a gate-b calibrate nccl acceptance-depth cpuio
 py="${PYTHON:-python3}"
 if [ -d .whl ] && ! "$py" -c 'import ansible' 2>/dev/null; then
   "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -198,6 +198,12 @@ print("lock:", json.load(open("/var/lib/stacktune/run.lock"))["holder"])'
       run ap playbooks/rollback.yml
       echo "state hash after rollback: $(state_hash after)"
       diff "$RUN_DIR/state-before.txt" "$RUN_DIR/state-after.txt" && echo "ROLLBACK EXACT: state after rollback == before tune"
+      ;;
+    cpuio)
+      # the opt-in cpu and io layers: what the host exposes (facts) and what they would change
+      run ap playbooks/facts.yml -e stacktune_report_dir="$RUN_DIR/reports"
+      run ap tune.yml --check --diff -e stacktune_run_id=cpuio-check -e stacktune_report_dir="$RUN_DIR/reports" \
+        -e '{"stacktune_layers": ["cpu", "io"]}'
       ;;
     acceptance-depth)
       # bandwidth against the link, memory health, sustained load, and injected faults

@@ -395,10 +395,13 @@ def test_steps_for_noise_needs_four_blocks():
     assert _blocks.steps_for_noise([[1.0] * 100] * 3, 1.0, 100) is None
 
 
-@pytest.mark.parametrize("workload,shorter", [("dataloader", True), ("h2d_pageable", True), ("gemm", False)])
+@pytest.mark.parametrize(
+    "workload,shorter", [("dataloader", True), ("h2d_pageable", True), ("train_step", True), ("gemm", False)]
+)
 def test_steps_for_noise_on_recorded_h200_blocks(workload, shorter):
-    """Real blocks (tests/unit/fixtures/blocks, recorded on two H200): DataLoader and pageable
-    copies differ block to block far more than step to step; GEMM blocks hardly differ."""
+    """Real blocks (tests/unit/fixtures/blocks, recorded on two H200): DataLoader, pageable
+    copies and training steps differ block to block more than step to step; GEMM blocks
+    hardly differ."""
     path = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "blocks", "h200x2_%s.json" % workload)
     with open(path) as handle:
         rec = json.load(handle)

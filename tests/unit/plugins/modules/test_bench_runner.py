@@ -99,3 +99,30 @@ def test_a_killed_runners_folder_is_swept_and_a_live_ones_kept(runner, tmp_path)
     # the live runner of the fixture, in its own base folder, answers and stays
     assert str(live) not in bench.sweep_runner_folders(os.path.dirname(live))
     assert os.path.exists(runner["runner_socket"])
+
+
+def test_a_runner_imports_what_its_workloads_need_and_says_what_it_took():
+    # CPU workloads need nothing beyond the standard library: a runner for them imports no torch
+    assert bench._workloads.runner_preload(["cpu_train_step", "shm_pingpong"]) == []
+    # GPU workloads: torch first, then each workload's own set-up imports, once each
+    assert bench._workloads.runner_preload(["train_step", "dataloader", "train_step"]) == [
+        "torch",
+        "torch._dynamo",
+        "torch.optim",
+        "torch.utils.data",
+    ]
+    assert bench._workloads.runner_preload(["gemm"]) == ["torch"]
+
+
+def test_the_runner_reports_its_imports(runner):
+    assert runner["runner_imports"] == []  # cpu_train_step: nothing to import
+    assert runner["runner_start_s"] >= 0
+
+
+def test_an_import_that_fails_is_reported_and_the_runner_still_starts(tmp_path):
+    imports = bench._workloads._preload(["json", "stacktune_no_such_module"], str(tmp_path))
+    assert [i["module"] for i in imports] == ["json", "stacktune_no_such_module"]
+    assert imports[0]["error"] is None
+    assert "ModuleNotFoundError" in imports[1]["error"]
+    with open(os.path.join(str(tmp_path), "ready.json")) as handle:
+        assert json.load(handle)["imports"] == imports
