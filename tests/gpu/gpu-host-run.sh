@@ -12,7 +12,7 @@ RUN_DIR="${RUN_DIR:-/tmp/stacktune-gpu-run}"
 mkdir -p "$RUN_DIR"
 log="$RUN_DIR/gpu-host-run.log"
 exec > >(tee -a "$log") 2>&1
-steps="${*:-capture pytest facts bench tune acceptance}"  # also: safety failures signals cost cost-default gate-a gate-b calibrate nccl acceptance-depth cpuio
+steps="${*:-capture pytest facts bench tune acceptance}"  # also: safety failures signals cost cost-default gate-a gate-b calibrate nccl acceptance-depth cpuio record1
 py="${PYTHON:-python3}"
 if [ -d .whl ] && ! "$py" -c 'import ansible' 2>/dev/null; then
   "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -198,6 +198,17 @@ print("lock:", json.load(open("/var/lib/stacktune/run.lock"))["holder"])'
       run ap playbooks/rollback.yml
       echo "state hash after rollback: $(state_hash after)"
       diff "$RUN_DIR/state-before.txt" "$RUN_DIR/state-after.txt" && echo "ROLLBACK EXACT: state after rollback == before tune"
+      ;;
+    record1)
+      # blocks as the gate runs them on this one-GPU host (forked from the block runner), for
+      # tests/unit/fixtures/blocks/h200x1_*.json
+      mkdir -p "$RUN_DIR/blocks"
+      for spec in "train_step 10 400" "dataloader 8 400" "h2d_pinned 10 400" "gemm 10 1800 4096"; do
+        set -- $spec
+        run env PYTHONPATH="collections:${PYTHONPATH:-}" "$py" benchmarks/record_blocks.py --runner \
+          --python "${TORCH_PYTHON:-python3}" --workload "$1" --blocks "$2" --steps "$3" ${4:+--size "$4"} \
+          --out "$RUN_DIR/blocks/h200x1_$1.json"
+      done
       ;;
     cpuio)
       # the opt-in cpu and io layers: what the host exposes (facts) and what they would change
