@@ -203,11 +203,11 @@ print("lock:", json.load(open("/var/lib/stacktune/run.lock"))["holder"])'
       # blocks as the gate runs them on this one-GPU host (forked from the block runner), for
       # tests/unit/fixtures/blocks/h200x1_*.json
       mkdir -p "$RUN_DIR/blocks"
-      for spec in "train_step 10 400" "dataloader 8 400" "h2d_pinned 10 400" "gemm 10 1800 4096"; do
+      for spec in "train_step 8 400" "dataloader 8 200" "dataloader 6 400" "h2d_pinned 8 400" "gemm 6 1800"; do
         set -- $spec
         run env PYTHONPATH="collections:${PYTHONPATH:-}" "$py" benchmarks/record_blocks.py --runner \
-          --python "${TORCH_PYTHON:-python3}" --workload "$1" --blocks "$2" --steps "$3" ${4:+--size "$4"} \
-          --out "$RUN_DIR/blocks/h200x1_$1.json"
+          --python "${TORCH_PYTHON:-python3}" --workload "$1" --blocks "$2" --steps "$3" \
+          --out "$RUN_DIR/blocks/h200x1_$1_$3.json"
       done
       ;;
     cpuio)
