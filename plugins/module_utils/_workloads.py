@@ -59,16 +59,20 @@ DEFAULT_SIZE = {
     "mem_touch": 32,
     "cpu_train_step": 16,
 }
-# Measured steps per block when none are given. Longer blocks where ``_blocks.steps_for_noise``
-# found that blocks recorded on H200 hosts (tests/unit/fixtures/blocks) hardly differ from each
-# other, with the start-up a block cost there through the block runner: three times the
-# start-up's worth of steps for GEMM and all-reduce. Where it asked for shorter blocks
-# (DataLoader, copies, and the training step since the runner imports its optimiser's modules
-# once) the default stays at 400: on the one-H200 host 80-step DataLoader blocks resolved less
-# per second than 400-step ones. ``make calibrate`` prints the choice for a host's own noise.
+# Measured steps per block when none are given, from ``_blocks.steps_for_noise`` on blocks
+# recorded through the block runner (tests/unit/fixtures/blocks). Longer blocks where blocks
+# hardly differ from each other: three times the start-up's worth of steps for GEMM and
+# all-reduce. Shorter ones where blocks differ more than their steps do: on the one-H200 host
+# DataLoader blocks of 200 and 400 steps resolved the throughput equally per second of wall
+# time (block-to-block spread 4.6% and 3.6%), so 200 buys twice the blocks (and looks) for the
+# gate's minimum; the training step likewise (spread 4.6% at 400 steps). Not shorter than that:
+# 80-step DataLoader blocks resolved much less per second there, the workers' bursts spanning
+# more than the batches the rule looks at. ``make calibrate`` prints the choice for a host.
 DEFAULT_STEPS = {
     "gemm": 1800,
     "allreduce": 5000,
+    "dataloader": 200,
+    "train_step": 200,
 }
 DEFAULT_STEPS_OTHER = 400
 SIZE_MEANING = {
