@@ -33,6 +33,14 @@ import gate_bench  # noqa: E402  (the Mann-Whitney judge it compares with)
 
 FIXTURES = os.path.join(REPO, "tests", "unit", "fixtures", "blocks")
 WORKLOADS = ("gemm", "h2d_pinned", "allreduce", "dataloader", "train_step", "h2d_pageable")
+# recorded on one H200 through the block runner, as the gate runs blocks: <file name> (steps)
+ONE_H200 = (
+    "h200x1_gemm_1800",
+    "h200x1_h2d_pinned_400",
+    "h200x1_dataloader_200",
+    "h200x1_dataloader_400",
+    "h200x1_train_step_400",
+)
 CASES = (
     ("A/A kept under improve", "improve", 1.0, 0.0, "keep", False),
     ("A/A rolled back under no_regression", "no_regression", 1.0, 0.0, "rollback", False),
@@ -51,7 +59,9 @@ TARGETS = {
 
 
 def blocks_of(workload):
-    with open(os.path.join(FIXTURES, "h200x2_%s.json" % workload)) as handle:
+    """The base arm's blocks of a recording: a workload of two H200, or a file name (ONE_H200)."""
+    name = workload if workload.startswith("h200x") else "h200x2_%s" % workload
+    with open(os.path.join(FIXTURES, "%s.json" % name)) as handle:
         return [b["samples_ms"] for b in json.load(handle)["arms"]["base"]["blocks"]]
 
 
@@ -102,7 +112,11 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--draws", type=int, default=200)
     parser.add_argument("--max-blocks", type=int, default=8)
-    parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated")
+    parser.add_argument(
+        "--workloads",
+        default=",".join(WORKLOADS + ONE_H200),
+        help="comma-separated: workloads recorded on two H200, or recordings of one (h200x1_...)",
+    )
     args = parser.parse_args(argv)
     print(
         "| workload | case | target | gate: decided so | blocks per arm | stopped early "

@@ -204,10 +204,10 @@ print("lock:", json.load(open("/var/lib/stacktune/run.lock"))["holder"])'
       # tests/unit/fixtures/blocks/h200x1_*.json
       mkdir -p "$RUN_DIR/blocks"
       for spec in "train_step 8 400" "dataloader 8 200" "dataloader 6 400" "h2d_pinned 8 400" "gemm 6 1800"; do
-        set -- $spec
+        read -r wl blocks steps <<< "$spec"
         run env PYTHONPATH="collections:${PYTHONPATH:-}" "$py" benchmarks/record_blocks.py --runner \
-          --python "${TORCH_PYTHON:-python3}" --workload "$1" --blocks "$2" --steps "$3" \
-          --out "$RUN_DIR/blocks/h200x1_$1_$3.json"
+          --python "${TORCH_PYTHON:-python3}" --workload "$wl" --blocks "$blocks" --steps "$steps" \
+          --out "$RUN_DIR/blocks/h200x1_${wl}_${steps}.json"
       done
       ;;
     cpuio)
