@@ -16,6 +16,8 @@ from ansible_collections.stacktune.gpu.plugins.module_utils._findings import fin
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._plain import plain
 
 ASPM_ARG = re.compile(r"^pcie_aspm(\.policy)?=")
+# A note is a finding as the bios role shows it (bios_notes): its message is the note.
+NOTE_KEYS = ("id", "severity", "subject", "note", "remediation")
 
 
 def _or(value, fallback):
@@ -51,9 +53,9 @@ def _aspm(host, cmdline, expected):
                 "info",
                 "host",
                 "pcie_aspm=off is on the kernel command line: the kernel leaves ASPM exactly as the firmware set it",
-                remediation="Make sure the BIOS setting 'PCIe ASPM' (or 'ASPM Support') is Disabled; to have the kernel"
-                " turn ASPM off itself, replace pcie_aspm=off with pcie_aspm.policy=%s (kernel layer: kernel_cmdline_args)"
-                % expected,
+                remediation="Make sure the BIOS setting 'PCIe ASPM' (or 'ASPM Support') is Disabled; to have the"
+                " kernel turn ASPM off itself, replace pcie_aspm=off with pcie_aspm.policy=%s (kernel layer:"
+                " kernel_cmdline_args)" % expected,
             )
         ]
     if aspm is None:
@@ -63,7 +65,8 @@ def _aspm(host, cmdline, expected):
                 "info",
                 "host",
                 "PCIe ASPM policy is unreadable (/sys/module/pcie_aspm/parameters/policy is absent)",
-                remediation="Check in BIOS setup that 'PCIe ASPM' is Disabled; the kernel may be built without ASPM support",
+                remediation="Check in BIOS setup that 'PCIe ASPM' is Disabled; the kernel may be built without ASPM"
+                " support",
             )
         ]
     if aspm == expected:
@@ -166,7 +169,12 @@ def _bios_version(bios, board, min_version):
             "warning",
             "host",
             "BIOS %s (%s, %s) is older than the fleet minimum %s (bios_min_version)"
-            % (bios["version"], _or(bios.get("vendor"), "unknown vendor"), _or(bios.get("date"), "no date"), min_version),
+            % (
+                bios["version"],
+                _or(bios.get("vendor"), "unknown vendor"),
+                _or(bios.get("date"), "no date"),
+                min_version,
+            ),
             remediation="Update the BIOS to %s or later with the tools of the board vendor (%s %s), through the BMC;"
             " update every node of a batch together"
             % (min_version, _or(board.get("vendor"), "unknown"), _or(board.get("name"), "")),
@@ -269,13 +277,7 @@ def bios_notes(facts, expected_aspm, min_version="", min_microcode=""):
             "bios_notes expects ansible_facts.stacktune (gpu_topology_facts), got %s" % type(facts).__name__
         )
     return [
-        {
-            "id": f["id"],
-            "severity": f["severity"],
-            "subject": f["subject"],
-            "note": f["message"],
-            "remediation": f["remediation"],
-        }
+        {key: f["message" if key == "note" else key] for key in NOTE_KEYS}
         for f in bios_findings(facts, expected_aspm, min_version, min_microcode)
     ]
 

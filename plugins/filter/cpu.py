@@ -17,7 +17,12 @@ MAX_CSTATE_ARGS = ("intel_idle.max_cstate", "processor.max_cstate")
 
 
 def cpu_settings(
-    sysfs, idle_states=None, idle_max_latency_us=None, max_cstate=None, idle_reason=None, cpu_root="/sys/devices/system/cpu"
+    sysfs,
+    idle_states=None,
+    idle_max_latency_us=None,
+    max_cstate=None,
+    idle_reason=None,
+    cpu_root="/sys/devices/system/cpu",
 ):
     """Engine settings from the cpu layer's sysfs rows, its idle-latency limit and its C-state cap."""
     sysfs = plain(sysfs)
@@ -49,7 +54,10 @@ def cpu_settings(
             for key in keys
         ]
     if max_cstate is not None:
-        out += [{"kind": "kernel_arg", "key": arg, "value": str(max_cstate), "var": "cpu_max_cstate"} for arg in MAX_CSTATE_ARGS]
+        out += [
+            {"kind": "kernel_arg", "key": arg, "value": str(max_cstate), "var": "cpu_max_cstate"}
+            for arg in MAX_CSTATE_ARGS
+        ]
     return out
 
 

@@ -79,7 +79,9 @@ def io_settings(
     for d in _unique(m for t in targets if t.get("disk") for m in t.get("members") or [] if m is not None):
         if scheduler is not None:
             auto = scheduler_auto or {}
-            chosen = (auto.get("nvme") if disks[d].get("nvme") else auto.get("other")) if scheduler == "auto" else scheduler
+            chosen = (
+                (auto.get("nvme") if disks[d].get("nvme") else auto.get("other")) if scheduler == "auto" else scheduler
+            )
             out.append(
                 {
                     "kind": "sysfs",

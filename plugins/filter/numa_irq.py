@@ -33,7 +33,11 @@ def _candidates(facts, gpus, nics, nic_filter):
     for n in facts.get("nics") or []:
         if not n.get("pci_address"):
             continue
-        chosen = n.get("name") in nics if nics else (nic_filter == "physical" or (nic_filter == "rdma" and n.get("rdma_device")))
+        chosen = (
+            n.get("name") in nics
+            if nics
+            else (nic_filter == "physical" or (nic_filter == "rdma" and n.get("rdma_device")))
+        )
         if chosen:
             out.append(
                 {
@@ -55,7 +59,9 @@ def numa_irq_devices(facts, gpus=True, nics=None, nic_filter="rdma", cpus_overri
             "numa_irq_devices expects ansible_facts.stacktune (gpu_topology_facts), got %s" % type(facts).__name__
         )
     if nic_filter not in NIC_FILTERS:
-        raise AnsibleFilterError("numa_irq_devices: nic_filter must be one of %s, got %r" % (", ".join(NIC_FILTERS), nic_filter))
+        raise AnsibleFilterError(
+            "numa_irq_devices: nic_filter must be one of %s, got %r" % (", ".join(NIC_FILTERS), nic_filter)
+        )
     override = {str(k).lower(): str(v) for k, v in (plain(cpus_override) or {}).items()}
     out, seen = [], set()
     for c in _candidates(facts, bool(gpus), list(plain(nics) or []), nic_filter):
@@ -76,7 +82,9 @@ def numa_irq_devices(facts, gpus=True, nics=None, nic_filter="rdma", cpus_overri
 
 def numa_irq_notes(devices):
     """One line per device left alone: ``gpu0 (0000:17:00.0) not pinned: why``."""
-    return ["%s (%s) not pinned: %s" % (d["name"], d["device"], d["skip"]) for d in plain(devices) or [] if d.get("skip")]
+    return [
+        "%s (%s) not pinned: %s" % (d["name"], d["device"], d["skip"]) for d in plain(devices) or [] if d.get("skip")
+    ]
 
 
 def numa_irq_settings(devices, irqbalance="ban", irqbalance_file=None, irqs=None, irqbalance_args=""):

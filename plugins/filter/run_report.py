@@ -51,8 +51,8 @@ def plan_lines(layers, plans):
     if not isinstance(layers, list) or not isinstance(plans, list) or len(layers) != len(plans):
         raise AnsibleFilterError("plan_lines expects the list of layers and, in the same order, each layer's plan")
     out = []
-    for ref, plan in zip(layers, plans):
-        plan = plan if isinstance(plan, dict) else {}
+    for ref, found in zip(layers, plans):
+        plan = found if isinstance(found, dict) else {}
         rows = plan.get("settings") or []
         changes = [str(row.get("id")) for row in _changed(rows)]
         notes = plan.get("notes") or []
@@ -63,7 +63,11 @@ def plan_lines(layers, plans):
         if notes:
             line += " - " + "; ".join(str(n) for n in notes)
         out.append(line)
-        out += ["  %s overridden: %s" % (row.get("id"), row.get("reason")) for row in rows if row.get("status") == "overridden"]
+        out += [
+            "  %s overridden: %s" % (row.get("id"), row.get("reason"))
+            for row in rows
+            if row.get("status") == "overridden"
+        ]
     return out
 
 
@@ -143,7 +147,11 @@ def _head(host, run_id, facts, check_mode, acceptance, plot):
         "# stacktune run %s on %s" % (_text(run_id), _text(host)),
         "",
         "%s GPU(s)%s," % (_text(gpu_count), gpus),
-        "kernel %s%s." % (_text((facts.get("host") or {}).get("kernel_release")), ", check mode: nothing was changed" if check_mode else ""),
+        "kernel %s%s."
+        % (
+            _text((facts.get("host") or {}).get("kernel_release")),
+            ", check mode: nothing was changed" if check_mode else "",
+        ),
     ]
     if "verdict" in acceptance:
         lines.append(
@@ -246,7 +254,9 @@ def report_markdown(results, host, run_id, facts, check_mode=False, acceptance=N
     results = _results(results, "report_markdown")
     facts = plain(facts)
     if not isinstance(facts, dict):
-        raise AnsibleFilterError("report_markdown: facts must be ansible_facts.stacktune, got %s" % type(facts).__name__)
+        raise AnsibleFilterError(
+            "report_markdown: facts must be ansible_facts.stacktune, got %s" % type(facts).__name__
+        )
     acceptance = plain(acceptance) if hasattr(acceptance, "keys") else {}
     plot = plain(plot) if hasattr(plot, "keys") else {}
     lines = _head(host, run_id, facts, bool(check_mode), acceptance, plot)
