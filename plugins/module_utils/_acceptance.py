@@ -854,12 +854,12 @@ def evaluate_health(report, thresholds, previous=None):
             if f["severity"] == "info":
                 notes.append("%s: %s" % (subject, f["message"]))
             else:
-                problems.append(_problem(f["severity"], f["check"], subject, f["message"], f["evidence"]))
+                problems.append(_problem(f["severity"], f["id"], subject, f["message"], f["evidence"]))
         for f in evaluate_link_errors(snap_before, snap_after, previous.get(key)):
             if f["severity"] == "info":
                 notes.append("%s: %s" % (subject, f["message"]))
             else:
-                problems.append(_problem(f["severity"], f["check"], subject, f["message"], f["evidence"]))
+                problems.append(_problem(f["severity"], f["id"], subject, f["message"], f["evidence"]))
     return out, problems, notes
 
 
@@ -887,7 +887,7 @@ def evaluate_clocks(burn, thresholds):
             if f["severity"] == "info":
                 notes.append("%s: %s" % (subject, f["message"]))
             else:
-                problems.append(_problem(f["severity"], f["check"], subject, f["message"], f["evidence"]))
+                problems.append(_problem(f["severity"], f["id"], subject, f["message"], f["evidence"]))
     return summaries, problems, notes
 
 

@@ -24,6 +24,7 @@ __metaclass__ = type
 import re
 
 from ansible_collections.stacktune.gpu.plugins.module_utils._stats import median
+from ansible_collections.stacktune.gpu.plugins.module_utils._findings import finding
 
 # xid -> (severity, short name)
 XID_CATALOG = {
@@ -203,10 +204,6 @@ def worst_severity(severities):
 NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")
 
 
-def _finding(severity, check, message, evidence=None):
-    return {"severity": severity, "check": check, "message": message, "evidence": evidence or {}}
-
-
 def _count(value):
     """A non-negative whole number, else None (bools, None, errors and negatives are not counts)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -229,32 +226,34 @@ def evaluate_memory_health(snapshot, max_uncorrectable_rows):
     snapshot = snapshot if isinstance(snapshot, dict) else {}
     rows = snapshot.get("remapped_rows")
     if not isinstance(rows, dict):
-        findings.append(_finding("info", "remapped_rows", "row remapping not measured"))
+        findings.append(finding("remapped_rows", "info", None, "row remapping not measured"))
     elif rows.get("not_supported"):
-        findings.append(_finding("info", "remapped_rows", "row remapping not supported by this GPU"))
+        findings.append(finding("remapped_rows", "info", None, "row remapping not supported by this GPU"))
     elif rows.get("error"):
-        findings.append(_finding("info", "remapped_rows", "row remapping not readable: %s" % rows["error"]))
+        findings.append(finding("remapped_rows", "info", None, "row remapping not readable: %s" % rows["error"]))
     else:
         evidence = {k: rows.get(k) for k in ("correctable", "uncorrectable", "pending", "failure")}
         if rows.get("failure") is True:
             findings.append(
-                _finding(
-                    "reject",
+                finding(
                     "remap_failure",
+                    "reject",
+                    None,
                     "a row remapping failed: the memory has no spare row left where it needed one",
                     evidence,
                 )
             )
         if rows.get("pending") is True:
             findings.append(
-                _finding("warn", "remap_pending", "row remapping pending: reset the GPU before use", evidence)
+                finding("remap_pending", "warn", None, "row remapping pending: reset the GPU before use", evidence)
             )
         unc = _count(rows.get("uncorrectable"))
         if unc is not None and unc > max_uncorrectable_rows:
             findings.append(
-                _finding(
-                    "reject",
+                finding(
                     "remapped_rows_uncorrectable",
+                    "reject",
+                    None,
                     "%d rows remapped after uncorrectable errors (more than %d allowed)"
                     % (unc, max_uncorrectable_rows),
                     dict(evidence, allowed=max_uncorrectable_rows),
@@ -262,14 +261,15 @@ def evaluate_memory_health(snapshot, max_uncorrectable_rows):
             )
     pages = snapshot.get("retired_pages")
     if not isinstance(pages, dict):
-        findings.append(_finding("info", "retired_pages", "page retirement not measured"))
+        findings.append(finding("retired_pages", "info", None, "page retirement not measured"))
     elif pages.get("not_supported"):
-        findings.append(_finding("info", "retired_pages", "page retirement not supported (the GPU remaps rows)"))
+        findings.append(finding("retired_pages", "info", None, "page retirement not supported (the GPU remaps rows)"))
     elif pages.get("pending") is True:
         findings.append(
-            _finding(
-                "warn",
+            finding(
                 "retired_pages_pending",
+                "warn",
+                None,
                 "page retirement pending: reset the GPU before use",
                 {k: pages.get(k) for k in ("single_bit", "double_bit", "pending")},
             )
@@ -328,9 +328,10 @@ def evaluate_link_errors(before, after, previous=None):
         grown = counter_growth(old, new)
         for link, counters in sorted(grown["nvlink"].items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0):
             findings.append(
-                _finding(
-                    "warn",
+                finding(
                     "nvlink_errors_%s" % check_suffix,
+                    "warn",
+                    None,
                     "NVLink %s error counters grew %s: %s"
                     % (link, label, ", ".join("%s +%d" % (c, d) for c, d in sorted(counters.items()))),
                     {"link": link, "growth": counters},
@@ -338,15 +339,16 @@ def evaluate_link_errors(before, after, previous=None):
             )
         if grown["pcie_replay"]:
             findings.append(
-                _finding(
-                    "warn",
+                finding(
                     "pcie_replay_%s" % check_suffix,
+                    "warn",
+                    None,
                     "PCIe replay counter grew by %s %s" % (grown["pcie_replay"], label),
                     {"growth": grown["pcie_replay"], "before": old.get("pcie_replay"), "after": new.get("pcie_replay")},
                 )
             )
     if isinstance(after, dict) and after.get("pcie_replay") is None and after.get("pcie_replay_not_supported"):
-        findings.append(_finding("info", "pcie_replay", "PCIe replay counter not supported"))
+        findings.append(finding("pcie_replay", "info", None, "PCIe replay counter not supported"))
     return findings
 
 
@@ -371,7 +373,7 @@ def evaluate_clock_samples(samples, max_sm_mhz, min_fraction, max_low_share):
     """
     summary = {"samples": 0, "loaded": 0, "max_sm_mhz": max_sm_mhz}
     if not samples or not max_sm_mhz:
-        return None, [_finding("info", "clocks", "SM clocks under load not measured")]
+        return None, [finding("clocks", "info", None, "SM clocks under load not measured")]
     loaded = []
     for s in samples:
         if not isinstance(s, dict) or not isinstance(s.get("sm_mhz"), (int, float)):
@@ -383,7 +385,7 @@ def evaluate_clock_samples(samples, max_sm_mhz, min_fraction, max_low_share):
     summary["samples"] = len(samples)
     summary["loaded"] = len(loaded)
     if not loaded:
-        return summary, [_finding("info", "clocks", "no SM clock sample under load")]
+        return summary, [finding("clocks", "info", None, "no SM clock sample under load")]
     buckets = {"critical": [], "by_design": [], "thermal": [], "unexplained": []}
     reasons_seen = {}
     for mhz, names, _power in loaded:
@@ -427,9 +429,10 @@ def evaluate_clock_samples(samples, max_sm_mhz, min_fraction, max_low_share):
     if share["critical"] > max_low_share:
         reasons = active(buckets["critical"])
         findings.append(
-            _finding(
-                "reject",
+            finding(
                 "clock_throttled_hw",
+                "reject",
+                None,
                 "SM clock below %d%% of %d MHz in %d%% of the samples under load, held by %s"
                 % (round(min_fraction * 100), max_sm_mhz, round(share["critical"] * 100), ", ".join(reasons)),
                 dict(evidence, share=share["critical"], reasons=reasons, median_sm_mhz=med),
@@ -438,9 +441,10 @@ def evaluate_clock_samples(samples, max_sm_mhz, min_fraction, max_low_share):
     if share["unexplained"] > max_low_share:
         reasons = active(buckets["unexplained"])
         findings.append(
-            _finding(
-                "reject",
+            finding(
                 "clock_low",
+                "reject",
+                None,
                 "SM clock below %d%% of %d MHz in %d%% of the samples under load without a power or thermal cap"
                 " (active reasons: %s)"
                 % (
@@ -454,9 +458,10 @@ def evaluate_clock_samples(samples, max_sm_mhz, min_fraction, max_low_share):
         )
     if share["thermal"] > max_low_share:
         findings.append(
-            _finding(
-                "warn",
+            finding(
                 "clock_thermal",
+                "warn",
+                None,
                 "SM clock held below %d%% of %d MHz by the temperature target in %d%% of the samples: check the cooling"
                 % (round(min_fraction * 100), max_sm_mhz, round(share["thermal"] * 100)),
                 dict(evidence, share=share["thermal"], median_sm_mhz=med),

@@ -31,6 +31,8 @@ __metaclass__ = type
 import re
 import struct
 
+from ansible_collections.stacktune.gpu.plugins.module_utils._findings import finding
+
 PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 HOST_BRIDGE = re.compile(r"^pci[0-9a-f]{4,8}:[0-9a-f]{2}$")
 NVIDIA_VENDOR = "0x10de"
@@ -819,10 +821,6 @@ def build(fs, raw, host, driver, gpus, nics):
 # --------------------------------------------------------------------------- findings
 
 
-def _finding(finding_id, severity, subject, message, evidence):
-    return {"id": finding_id, "severity": severity, "subject": subject, "message": message, "evidence": evidence}
-
-
 def derive_findings(facts, covered_nics=()):
     """Findings of the PCIe path, GPUDirect and fabric facts.
 
@@ -850,7 +848,7 @@ def derive_findings(facts, covered_nics=()):
     if redirecting:
         argument = "pci=disable_acs_redir=%s" % ";".join(redirecting)
         out.append(
-            _finding(
+            finding(
                 "acs_redirect_on_gpu_nic_path",
                 "warning",
                 "host",
@@ -871,7 +869,7 @@ def derive_findings(facts, covered_nics=()):
     memory = gpudirect.get("peer_memory") or {}
     if gpudirect.get("applies") and memory.get("nvidia_peermem") is False and memory.get("dma_buf") is False:
         out.append(
-            _finding(
+            finding(
                 "gpudirect_no_peer_memory",
                 "warning",
                 "host",
@@ -895,7 +893,7 @@ def derive_findings(facts, covered_nics=()):
         if path == "SYS" and near.get("nics") and set(near["nics"]) <= set(covered_nics):
             continue
         out.append(
-            _finding(
+            finding(
                 "gpu_nic_far",
                 "warning" if path == "SYS" else "info",
                 "gpu%s" % near.get("gpu"),
@@ -918,7 +916,7 @@ def derive_findings(facts, covered_nics=()):
     relevant = bool(fabric.get("nvswitch_pci")) or manager.get("active_state") == "active"
     if manager.get("agree") is False and relevant:
         out.append(
-            _finding(
+            finding(
                 "fabric_manager_version_mismatch",
                 "critical",
                 "host",
@@ -930,7 +928,7 @@ def derive_findings(facts, covered_nics=()):
         )
     if fabric.get("nvswitch_pci") and manager.get("recorded") and manager.get("active_state") not in (None, "active"):
         out.append(
-            _finding(
+            finding(
                 "fabric_manager_inactive",
                 "critical",
                 "host",
@@ -950,7 +948,7 @@ def derive_findings(facts, covered_nics=()):
         if gpu["state"] == "completed" and gpu.get("status") == "success":
             continue
         out.append(
-            _finding(
+            finding(
                 "gpu_fabric_not_ready",
                 "critical",
                 "gpu%s" % gpu.get("index"),

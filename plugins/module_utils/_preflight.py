@@ -23,6 +23,7 @@ __metaclass__ = type
 import numbers
 
 from ansible_collections.stacktune.gpu.plugins.module_utils import _compat, _health
+from ansible_collections.stacktune.gpu.plugins.module_utils._findings import finding
 
 SEVERITIES = ("info", "warning", "critical")
 FAIL_ON_CHOICES = ("critical", "warning", "never")
@@ -154,10 +155,6 @@ def validate_policy(policy, names=None):
     return out
 
 
-def _finding(fid, severity, subject, message, evidence=None):
-    return {"id": fid, "severity": severity, "subject": subject, "message": message, "evidence": evidence or {}}
-
-
 class _Run:
     def __init__(self):
         self.findings = []
@@ -195,7 +192,7 @@ def _check_nvml(run, facts, policy):
         return
     reason = facts.get("reason") or (reused[0]["message"] if reused else "no GPU reported")
     if expected:
-        f = reused or [_finding("nvml_unavailable", "critical", "host", "NVML unavailable: %s" % reason, {})]
+        f = reused or [finding("nvml_unavailable", "critical", "host", "NVML unavailable: %s" % reason, {})]
         for x in f:
             x["severity"] = "critical"
             x["message"] = "%s; %d GPU(s) expected" % (x["message"], expected)
@@ -225,7 +222,7 @@ def _check_gpu_count(run, facts, policy):
     run.check(
         "gpu_count",
         [
-            _finding(
+            finding(
                 "gpu_count_mismatch",
                 sev,
                 "host",
@@ -271,13 +268,13 @@ def _check_driver_cuda(run, facts, policy):
     elif res["status"] == "minor_compat":
         run.check(
             "driver_cuda_compat",
-            [_finding("driver_cuda_minor_compat", "info", "host", res["reason"], evidence)],
+            [finding("driver_cuda_minor_compat", "info", "host", res["reason"], evidence)],
             pass_why=res["reason"],
         )
     elif res["status"] == "incompatible":
         run.check(
             "driver_cuda_compat",
-            [_finding("driver_cuda_incompatible", "critical", "host", res["reason"], evidence)],
+            [finding("driver_cuda_incompatible", "critical", "host", res["reason"], evidence)],
         )
     else:
         run.check("driver_cuda_compat", [], skip_why=res["reason"])
@@ -294,7 +291,7 @@ def _check_libraries(run, facts):
     for p in problems:
         ev = dict(p)
         ev["source"] = (libs.get("sources") or {}).get(p["library"])
-        findings.append(_finding("library_version_mismatch", "warning", "host", p["message"], ev))
+        findings.append(finding("library_version_mismatch", "warning", "host", p["message"], ev))
     run.check(
         "library_versions",
         findings,
@@ -321,7 +318,7 @@ def _check_denylist(run, facts, policy):
         for e in _compat.denylist_hits(v, dl):
             match = {k: e[k] for k in ("version", "prefix", "min", "max") if k in e}
             findings.append(
-                _finding(
+                finding(
                     "driver_denylisted",
                     "critical",
                     "host",
@@ -341,7 +338,7 @@ def _check_driver_agreement(run, facts):
     reused = _facts_findings(facts, FACTS_DRIVER_MISMATCH_IDS)
     if not reused and driver.get("agree") is False:
         reused = [
-            _finding(
+            finding(
                 "driver_version_mismatch",
                 "critical",
                 "host",
@@ -384,7 +381,7 @@ def _check_ecc(run, facts):
         if (vol or agg) and ("ecc_uncorrected_errors", subj) not in seen:
             sev = "critical" if vol else "warning"
             findings.append(
-                _finding(
+                finding(
                     "ecc_uncorrected_errors",
                     sev,
                     subj,
@@ -395,7 +392,7 @@ def _check_ecc(run, facts):
             )
         if ecc.get("remapped_rows_pending") and ("remapped_rows_pending", subj) not in seen:
             findings.append(
-                _finding(
+                finding(
                     "remapped_rows_pending",
                     "critical",
                     subj,
@@ -406,7 +403,7 @@ def _check_ecc(run, facts):
             )
         if ecc.get("remapped_rows_failure") and ("remapped_rows_failure", subj) not in seen:
             findings.append(
-                _finding(
+                finding(
                     "remapped_rows_failure",
                     "critical",
                     subj,
@@ -436,7 +433,7 @@ def _check_throttle(run, facts):
         if worst in ("warning", "critical"):
             names = [c[0] for c in classified if c[1] in ("warning", "critical")]
             findings.append(
-                _finding(
+                finding(
                     "gpu_throttled",
                     worst,
                     _gpu_subject(g),
@@ -504,7 +501,7 @@ def _check_power(run, facts, policy):
     findings = []
     if platform is None:
         findings.append(
-            _finding(
+            finding(
                 "power_platform_undeclared",
                 "info",
                 "host",
@@ -514,7 +511,7 @@ def _check_power(run, facts, policy):
         )
     if unknown:
         findings.append(
-            _finding(
+            finding(
                 "power_limit_unknown",
                 "warning",
                 "host",
@@ -524,7 +521,7 @@ def _check_power(run, facts, policy):
         )
     if total > usable:
         findings.append(
-            _finding(
+            finding(
                 "power_budget_exceeded",
                 "critical",
                 "host",
@@ -549,7 +546,7 @@ def _check_kernel_log(run, facts, kernel_log):
         run.check(
             "kernel_xid",
             [
-                _finding(
+                finding(
                     "kernel_log_unreadable",
                     "info",
                     "host",
@@ -572,7 +569,7 @@ def _check_kernel_log(run, facts, kernel_log):
         ev = dict(grp)
         ev["source"] = source
         findings.append(
-            _finding(
+            finding(
                 "kernel_xid",
                 grp["severity"],
                 subject,
@@ -585,7 +582,7 @@ def _check_kernel_log(run, facts, kernel_log):
 
 def _check_other_writers(run, writers):
     findings = [
-        _finding("other_writer_" + w["tool"].replace("-", "_").replace(".", "_"), "info", w["tool"], w["message"])
+        finding("other_writer_" + w["tool"].replace("-", "_").replace(".", "_"), "info", w["tool"], w["message"])
         for w in writers
     ]
     run.check(
@@ -611,7 +608,7 @@ def run_preflight(facts, policy=None, kernel_log=None, other_writers=None):
         run.check(
             "facts_schema",
             [
-                _finding(
+                finding(
                     "facts_schema_unknown",
                     "warning",
                     "host",

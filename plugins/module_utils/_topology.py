@@ -21,6 +21,7 @@ import re
 
 from ansible_collections.stacktune.gpu.plugins.module_utils import _pcie
 from ansible_collections.stacktune.gpu.plugins.module_utils._cpu_io_facts import block, cpu_power
+from ansible_collections.stacktune.gpu.plugins.module_utils._findings import finding
 
 SCHEMA_VERSION = 1
 # 2: config space bytes, peer-memory modules, RDMA ports, NVML fabric state and the
@@ -778,10 +779,6 @@ def assemble(raw):
 # --------------------------------------------------------------------------- findings
 
 
-def _finding(finding_id, severity, subject, message, evidence):
-    return {"id": finding_id, "severity": severity, "subject": subject, "message": message, "evidence": evidence}
-
-
 def _gpu_label(gpu):
     return "GPU %s (%s)" % (gpu.get("index"), gpu.get("pci_bus_id") or "unknown bus id")
 
@@ -809,7 +806,7 @@ def _gpu_findings(gpu, multi_numa):
         if severity == "info":
             message += " while idle (power saving lowers the speed; check again under load)"
         out.append(
-            _finding(
+            finding(
                 "pcie_link_degraded",
                 severity,
                 subject,
@@ -819,16 +816,14 @@ def _gpu_findings(gpu, multi_numa):
         )
     if not gpu.get("local_cpus") or (gpu.get("numa_node") is None and multi_numa):
         out.append(
-            _finding(
+            finding(
                 "gpu_numa_no_local_cpus",
                 "warning",
                 subject,
-                (
-                    "%s has no local CPUs listed; CPU and IRQ pinning cannot follow it" % label
-                    if not gpu.get("local_cpus")
-                    else "%s has no NUMA node on a multi-node host (local CPUs %s); CPU and memory pinning "
-                    "cannot follow it" % (label, gpu.get("local_cpulist"))
-                ),
+                "%s has no local CPUs listed; CPU and IRQ pinning cannot follow it" % label
+                if not gpu.get("local_cpus")
+                else "%s has no NUMA node on a multi-node host (local CPUs %s); CPU and memory pinning "
+                "cannot follow it" % (label, gpu.get("local_cpulist")),
                 {"numa_node": gpu.get("numa_node"), "local_cpulist": gpu.get("local_cpulist")},
             )
         )
@@ -836,7 +831,7 @@ def _gpu_findings(gpu, multi_numa):
     if ecc.get("volatile_uncorrected") or ecc.get("aggregate_uncorrected"):
         severity = "critical" if ecc.get("volatile_uncorrected") else "warning"
         out.append(
-            _finding(
+            finding(
                 "ecc_uncorrected_errors",
                 severity,
                 subject,
@@ -850,7 +845,7 @@ def _gpu_findings(gpu, multi_numa):
         )
     if ecc.get("remapped_rows_failure"):
         out.append(
-            _finding(
+            finding(
                 "remapped_rows_failure",
                 "critical",
                 subject,
@@ -860,7 +855,7 @@ def _gpu_findings(gpu, multi_numa):
         )
     if ecc.get("remapped_rows_pending"):
         out.append(
-            _finding(
+            finding(
                 "remapped_rows_pending",
                 "warning",
                 subject,
@@ -870,7 +865,7 @@ def _gpu_findings(gpu, multi_numa):
         )
     if None not in (ecc.get("mode_current"), ecc.get("mode_pending")) and ecc["mode_current"] != ecc["mode_pending"]:
         out.append(
-            _finding(
+            finding(
                 "ecc_mode_pending",
                 "info",
                 subject,
@@ -882,7 +877,7 @@ def _gpu_findings(gpu, multi_numa):
     reasons = [r for r in gpu.get("throttle_reasons") or [] if r in THROTTLE_PROBLEM_REASONS]
     if reasons:
         out.append(
-            _finding(
+            finding(
                 "gpu_throttled",
                 "warning",
                 subject,
@@ -893,7 +888,7 @@ def _gpu_findings(gpu, multi_numa):
         )
     if gpu.get("persistence_mode") is False:
         out.append(
-            _finding(
+            finding(
                 "persistence_mode_off",
                 "info",
                 subject,
@@ -913,7 +908,7 @@ def derive_findings(facts, nvml_available=True, nvidia_pci=None):
     if not nvml_available:
         if nvidia_pci:
             findings.append(
-                _finding(
+                finding(
                     "nvml_unavailable",
                     "critical",
                     "host",
@@ -924,7 +919,7 @@ def derive_findings(facts, nvml_available=True, nvidia_pci=None):
             )
         else:
             findings.append(
-                _finding(
+                finding(
                     "nvml_unavailable",
                     "info",
                     "host",
@@ -934,7 +929,7 @@ def derive_findings(facts, nvml_available=True, nvidia_pci=None):
             )
     if driver.get("agree") is False:
         findings.append(
-            _finding(
+            finding(
                 "driver_version_mismatch",
                 "critical",
                 "host",
@@ -949,7 +944,7 @@ def derive_findings(facts, nvml_available=True, nvidia_pci=None):
     policy = host.get("aspm_policy")
     if policy in ("powersave", "powersupersave"):
         findings.append(
-            _finding(
+            finding(
                 "aspm_enabled",
                 "warning",
                 "host",
@@ -966,7 +961,7 @@ def derive_findings(facts, nvml_available=True, nvidia_pci=None):
         if nic.get("rdma_device") and gpu_nodes and nic.get("numa_node") not in gpu_nodes | {None}:
             misplaced.update((nic.get("name"), nic.get("rdma_device")))
             findings.append(
-                _finding(
+                finding(
                     "nic_numa_mismatch",
                     "warning",
                     "nic:%s" % nic.get("name"),

@@ -137,7 +137,7 @@ def rows(correctable=0, uncorrectable=0, pending=False, failure=False):
 
 
 def severities(findings):
-    return sorted((f["severity"], f["check"]) for f in findings if f["severity"] != "info")
+    return sorted((f["severity"], f["id"]) for f in findings if f["severity"] != "info")
 
 
 def test_memory_health_rules():

@@ -1,0 +1,45 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""A layer reference -> its role and its journal name (documented in layer_role.yml and layer_name.yml).
+
+A layer is a role of this collection (``kernel``), or any role by FQCN or path
+(``my.collection.my_layer``, ``/path/to/roles/my_layer``).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+from ansible.errors import AnsibleFilterError
+
+# A bare role name: one of this collection's roles.
+BARE = re.compile(r"^[a-z][a-z0-9_]*$")
+COLLECTION = "stacktune.gpu"
+
+
+def _ref(ref, name):
+    if not isinstance(ref, str):
+        raise AnsibleFilterError("%s expects a layer reference (a role name, FQCN or path), got %r" % (name, ref))
+    return ref
+
+
+def layer_role(ref):
+    """The role to include: a bare name is a role of this collection, anything else is used as it is."""
+    ref = _ref(ref, "layer_role")
+    return "%s.%s" % (COLLECTION, ref) if BARE.match(ref) else ref
+
+
+def layer_name(ref):
+    """The layer's name in the journal and in its variables: the last part of the reference."""
+    return re.split(r"[./]", _ref(ref, "layer_name"))[-1]
+
+
+class FilterModule:
+    """stacktune.gpu layer reference filters."""
+
+    def filters(self):
+        return {"layer_role": layer_role, "layer_name": layer_name}
