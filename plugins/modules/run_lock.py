@@ -154,6 +154,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils._journal import (
     LeaseLost,
     LockTimeout,
     RunLock,
+    journal_options,
     open_journal,
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context, SpecError, command_runner

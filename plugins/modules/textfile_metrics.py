@@ -19,8 +19,8 @@ description:
     each stacktune playbook. node_exporter's textfile collector publishes it
     (C(--collector.textfile.directory)).
   - Layer states, decisions and gate ratios come from the on-host journal (I(journal_dir); a missing
-    journal means no layers), so every playbook writes the same view of the layers; the records of the current tune run (I(records)) add the
-    decisions of layers the journal does not hold.
+    journal means no layers), so every playbook writes the same view of the layers; the records of
+    the current tune run (I(records)) add the decisions of layers the journal does not hold.
   - "Series: C(stacktune_layer_state{layer,state}) (1 for the current journal state, 0 for the others:
     new, applying, applied, kept, rolled_back, restored); C(stacktune_layer_decision{layer,decision})
     (keep, rollback, inconclusive); C(stacktune_layer_settings{layer});

@@ -20,11 +20,7 @@ ENGINE_LAYERS = ("memory", "kernel", "cpu", "io", "numa_irq", "gpu_settings", "n
 
 
 def _linked_layers():
-    return sorted(
-        role
-        for role in os.listdir(ROLES)
-        if os.path.islink(os.path.join(ROLES, role, "tasks", "main.yml"))
-    )
+    return sorted(role for role in os.listdir(ROLES) if os.path.islink(os.path.join(ROLES, role, "tasks", "main.yml")))
 
 
 def test_every_engine_layer_is_linked_and_only_they_are():

@@ -92,7 +92,10 @@ def test_every_module_of_the_journal_is_in_its_action_group(name):
 
 def test_journal_options_are_copies_with_changes():
     spec = journal_options("journal_dir", "run_id", run_id={"default": "manual"})
-    assert spec == {"journal_dir": {"type": "path", "default": "/var/lib/stacktune"}, "run_id": {"type": "str", "default": "manual"}}
+    assert spec == {
+        "journal_dir": {"type": "path", "default": "/var/lib/stacktune"},
+        "run_id": {"type": "str", "default": "manual"},
+    }
     spec["journal_dir"]["default"] = "/elsewhere"
     assert JOURNAL_OPTIONS["journal_dir"]["default"] == "/var/lib/stacktune"
     assert "default" not in JOURNAL_OPTIONS["run_id"]

@@ -167,7 +167,13 @@ def test_a_read_only_run_checks_the_lock_in_the_same_call(fakeroot, capsys):
 
 
 # The host's last acceptance record comes with the listing, so a tune run reads no journal file.
-ACCEPTANCE = {"verdict": "reject", "level": "standard", "time": "2026-12-01T10:00:00Z", "summary": "gpu3 NCCL", "gpu_count": 8}
+ACCEPTANCE = {
+    "verdict": "reject",
+    "level": "standard",
+    "time": "2026-12-01T10:00:00Z",
+    "summary": "gpu3 NCCL",
+    "gpu_count": 8,
+}
 
 
 def _write_acceptance(root, text, mode=0o600):
