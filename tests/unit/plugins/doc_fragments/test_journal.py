@@ -106,3 +106,31 @@ def test_journal_options_refuse_an_option_that_is_not_shared():
         journal_options("lock_timeout")
     with pytest.raises(KeyError, match="no shared journal option state"):
         journal_options("run_id", state={"default": "x"})
+
+
+def _role_journal_dirs():
+    roles = os.path.join(REPO, "roles")
+    for role in sorted(os.listdir(roles)):
+        path = os.path.join(roles, role, "meta", "argument_specs.yml")
+        if not os.path.isfile(path):
+            continue
+        with open(path) as handle:
+            specs = yaml.safe_load(handle)["argument_specs"]
+        for entry, spec in specs.items():
+            for name, option in ((spec or {}).get("options") or {}).items():
+                if name.endswith("journal_dir"):
+                    yield role, entry, name, option
+
+
+def test_every_role_documents_the_modules_journal_directory():
+    """A role's journal directory defaults to stacktune_journal_dir, whose default is the modules' own."""
+    found = list(_role_journal_dirs())
+    assert {role for role, _, _, _ in found} >= {"stacktune", "layer", "metrics", "acceptance"}
+    for role, entry, name, option in found:
+        assert option.get("default") == JOURNAL_OPTIONS["journal_dir"]["default"], (role, entry, name)
+        with open(os.path.join(REPO, "roles", role, "defaults", "main.yml")) as handle:
+            default = yaml.safe_load(handle)[name]
+        assert default in (
+            JOURNAL_OPTIONS["journal_dir"]["default"],
+            "{{ stacktune_journal_dir | default('%s') }}" % JOURNAL_OPTIONS["journal_dir"]["default"],
+        ), (role, name, default)
