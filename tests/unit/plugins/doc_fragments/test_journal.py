@@ -125,7 +125,7 @@ def _role_journal_dirs():
 def test_every_role_documents_the_modules_journal_directory():
     """A role's journal directory defaults to stacktune_journal_dir, whose default is the modules' own."""
     found = list(_role_journal_dirs())
-    assert {role for role, _, _, _ in found} >= {"stacktune", "layer", "metrics", "acceptance"}
+    assert {row[0] for row in found} >= {"stacktune", "layer", "metrics", "acceptance"}
     for role, entry, name, option in found:
         assert option.get("default") == JOURNAL_OPTIONS["journal_dir"]["default"], (role, entry, name)
         with open(os.path.join(REPO, "roles", role, "defaults", "main.yml")) as handle:
