@@ -30,6 +30,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils._blocks import (
     resolve_workloads,
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils._gate import POLICIES
+from ansible_collections.stacktune.gpu.plugins.module_utils._journal import JOURNAL_DIR
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._controller import command
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._interrupt import Guard, Interrupted, write_record
 
@@ -85,7 +86,7 @@ class ActionModule(ActionBase):
         """The run and the journal this task acts for, as every module it calls takes them."""
         return {
             "run_id": self._task.args.get("run_id") or "manual",
-            "journal_dir": self._task.args.get("journal_dir") or "/var/lib/stacktune",
+            "journal_dir": self._task.args.get("journal_dir") or JOURNAL_DIR,
         }
 
     def _engine(self, state, task_vars, **extra):

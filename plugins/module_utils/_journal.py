@@ -43,6 +43,15 @@ HEADER_LINE = re.compile(r"^# Managed by stacktune \(layer ")
 HEADER_FILES = ("*.conf", "*.cfg", "irqbalance")
 HISTORY_KEEP = 50
 HOST_DIR = "/var/lib/stacktune"
+# The journal directory when none is given: the folder of the host's locks.
+JOURNAL_DIR = HOST_DIR
+# The options every module of the journal shares (the doc fragment stacktune.gpu.journal
+# documents them; tests/unit/plugins/doc_fragments keeps the two the same).
+JOURNAL_OPTIONS = {
+    "journal_dir": {"type": "path", "default": JOURNAL_DIR},
+    "root": {"type": "path", "default": "/"},
+    "run_id": {"type": "str"},
+}
 # The end of every refusal; the run_lock action replaces it with the exact command.
 LOCK_BREAK_HINT = "run again with -e stacktune_lock_break=true"
 
@@ -61,6 +70,15 @@ class HostLocked(LockTimeout):
 
 class LeaseLost(HostLocked):
     """This run's lease was released, broken or taken over: it must not touch the host again."""
+
+
+def journal_options(*names, **changes):
+    """The shared options ``names`` of JOURNAL_OPTIONS as an argument spec, each a copy;
+    ``changes`` adjusts one for a module: ``journal_options("run_id", run_id={"default": "manual"})``."""
+    unknown = sorted(set(names).union(changes) - set(JOURNAL_OPTIONS))
+    if unknown:
+        raise KeyError("no shared journal option %s" % ", ".join(unknown))
+    return {name: dict(JOURNAL_OPTIONS[name], **changes.get(name, {})) for name in names}
 
 
 def host_dir(root="/"):
@@ -287,6 +305,26 @@ class Journal(object):
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             os.close(self._lock_fd)
             self._lock_fd = None
+
+    def record(self, name):
+        """A JSON object the journal directory holds beside the layers (``acceptance.json``):
+        ``(object, None)``; ``({}, None)`` when there is none; ``({}, why)`` when it is there but
+        cannot be trusted (check_trusted) or is no JSON object. Read without following a link."""
+        path = os.path.join(self.directory, name)
+        try:
+            raw = read_trusted(path)
+            if raw is None:
+                return {}, None
+            data = json.loads(raw.decode("utf-8"))
+        except UntrustedJournal as exc:
+            return {}, str(exc)
+        except (OSError, IOError) as exc:
+            return {}, "cannot read %s: %s" % (path, exc.strerror or exc)
+        except ValueError as exc:
+            return {}, "%s is not JSON: %s" % (path, exc)
+        if not isinstance(data, dict):
+            return {}, "%s holds no JSON object" % path
+        return data, None
 
     def load(self, layer):
         """A layer's record, or None when the journal has none; refused (UntrustedJournal) when

@@ -158,13 +158,8 @@ options:
         instead of a fresh interpreter. Not used with O(workload=command), which always runs
         the user's program as it is.
     type: path
-  run_id:
-    description:
-      - The stacktune run this block belongs to. The block then starts only while that run
-        holds the host's lease (M(stacktune.gpu.run_lock)), renews the lease while it runs,
-        and stops its workload at once when the lease is released, broken or taken over
-        (the task fails with RV(failure=lease_lost)). Unset, the block runs on its own.
-    type: str
+extends_documentation_fragment:
+  - stacktune.gpu.journal.run_id
 attributes:
   check_mode:
     support: full
@@ -177,6 +172,8 @@ attributes:
     platforms: posix
     description: Linux hosts; GPU workloads need NVIDIA GPUs and PyTorch with CUDA in O(python).
 notes:
+  - With O(run_id), a block whose lease is lost stops its workload at once and the task fails
+    with RV(failure=lease_lost); without it, the block runs on its own.
   - Conditions are read inside the workload process with C(pynvml) (package nvidia-ml-py)
     when that interpreter can import it; otherwise GPU conditions are left out and
     the C(nvml) key of RV(conditions) says why.
@@ -352,7 +349,12 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.stacktune.gpu.plugins.module_utils import _workloads
 from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import read_text
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import HostLocked, lease_ticker
+from ansible_collections.stacktune.gpu.plugins.module_utils._journal import (
+    HostLocked,
+    RunLock,
+    journal_options,
+    lease_ticker,
+)
 from ansible_collections.stacktune.gpu.plugins.module_utils._bench import (
     COMMAND_FORMAT,
     WORKLOAD_CHOICES,
@@ -381,7 +383,7 @@ ARGUMENT_SPEC = dict(
     timeout=dict(type="int", default=600),
     env=dict(type="dict", default={}),
     run_in_check_mode=dict(type="bool", default=False),
-    run_id=dict(type="str"),
+    **journal_options("run_id"),
     runner_state=dict(type="str", choices=["started", "stopped"]),
     runner_socket=dict(type="path"),
     runner_workloads=dict(type="list", elements="str"),
@@ -506,7 +508,7 @@ def start_runner(params):
         "serve": {
             "socket": sock,
             "run_id": params["run_id"],
-            "lock_path": "/var/lib/stacktune/run.lock",
+            "lock_path": RunLock().path,
             "idle_s": RUNNER_IDLE_S,
             "preload": _workloads.runner_preload(params["runner_workloads"] or [params["workload"]]),
         }

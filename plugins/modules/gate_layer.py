@@ -95,13 +95,10 @@ options:
     description: With O(mode=calibrate), identical blocks per workload (default twice C(max_blocks) in O(gate)).
     type: int
   run_id:
-    description: Identifier of the run, recorded in the journal.
-    type: str
     default: manual
-  journal_dir:
-    description: Directory of the on-host journal.
-    type: path
-    default: /var/lib/stacktune
+extends_documentation_fragment:
+  - stacktune.gpu.journal
+  - stacktune.gpu.journal.run_id
 attributes:
   action:
     support: full

@@ -118,12 +118,6 @@ options:
         C(acceptance.json) there (mode 0600, under the journal lock) with a short history, and
         counters are compared with the previous record. Unset, nothing is written.
     type: path
-  run_id:
-    description:
-      - The stacktune run that holds the host (M(stacktune.gpu.run_lock)). The program then
-        starts only while that run holds the host, renews its lease while it runs, and is
-        stopped when the lease is released, broken or taken over.
-    type: str
   metrics_dir:
     description:
       - node_exporter's textfile directory; the C(stacktune_acceptance_*) series go to
@@ -158,6 +152,8 @@ attributes:
     support: full
     platforms: [posix]
     description: Linux hosts with NVIDIA GPUs and PyTorch.
+extends_documentation_fragment:
+  - stacktune.gpu.journal.run_id
 notes:
   - The program source is written to a mode 0600 file in a private temporary folder and
     run with an argument list; the folder is removed afterwards.
@@ -301,7 +297,12 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.stacktune.gpu.plugins.module_utils import _acceptance
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import HostLocked, LockTimeout, lease_ticker
+from ansible_collections.stacktune.gpu.plugins.module_utils._journal import (
+    HostLocked,
+    LockTimeout,
+    journal_options,
+    lease_ticker,
+)
 from ansible_collections.stacktune.gpu.plugins.module_utils._node_exporter import resolve
 
 
@@ -377,7 +378,7 @@ def main():
             journal_dir=dict(type="path"),
             metrics_dir=dict(type="str"),
             validate_only=dict(type="bool", default=False),
-            run_id=dict(type="str"),
+            **journal_options("run_id"),
         ),
         supports_check_mode=True,
     )

@@ -110,19 +110,7 @@ options:
         I(state=restored); with I(state=interrupted), what stopped the run (C(reason)).
     type: dict
   run_id:
-    description: Identifier of the run, recorded in the journal.
-    type: str
     default: manual
-  journal_dir:
-    description: Directory of the on-host journal (created 0700).
-    type: path
-    default: /var/lib/stacktune
-  root:
-    description:
-      - Alternative filesystem root, for preparing images and for tests. Live changes that
-        act through commands or NVML are skipped under an alternative root.
-    type: path
-    default: /
   lock_timeout:
     description:
       - Seconds to wait for another module call of stacktune on this host to finish.
@@ -136,6 +124,10 @@ options:
     description: With I(state=verify), fail when any setting drifted.
     type: bool
     default: false
+extends_documentation_fragment:
+  - stacktune.gpu.journal
+  - stacktune.gpu.journal.root
+  - stacktune.gpu.journal.run_id
 attributes:
   check_mode:
     support: full
@@ -279,6 +271,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils._journal import (
     LockTimeout,
     RunLock,
     check_layer_name,
+    journal_options,
     open_journal,
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
@@ -303,9 +296,7 @@ def main():
             restore_to=dict(type="str", default="original", choices=["snapshot", "original"]),
             retry_rejected=dict(type="bool", default=False),
             decision=dict(type="dict"),
-            run_id=dict(type="str", default="manual"),
-            journal_dir=dict(type="path", default="/var/lib/stacktune"),
-            root=dict(type="path", default="/"),
+            **journal_options("journal_dir", "root", "run_id", run_id={"default": "manual"}),
             lock_timeout=dict(type="int", default=300),
             fail_on_drift=dict(type="bool", default=False),
         ),

@@ -18,8 +18,8 @@ description:
   - Reads the journal that M(stacktune.gpu.host_settings) keeps on the host and returns one
     row per layer, what it owns now and what last happened to it. Changes nothing.
   - Drift, verify and rollback (the C(drift), C(verify) and C(rollback) entry points of the
-    C(stacktune.gpu.stacktune) role) start from this list, so no playbook reads the
-    journal's files.
+    C(stacktune.gpu.stacktune) role) start from this list, and a tune run reads the host's last
+    acceptance record from it (RV(acceptance)), so no playbook reads the journal's files.
   - With I(verify=true) it also verifies every layer's settings against the live and
     persisted state, as M(stacktune.gpu.host_settings) C(state=verify) does for one layer,
     in the same call (RV(verified)); drift and verify cost one module run per host.
@@ -49,14 +49,9 @@ options:
     description: With I(check_lock_for), read even while another run holds the lock (C(stacktune_lock_break)).
     type: bool
     default: false
-  journal_dir:
-    description: Directory of the on-host journal.
-    type: path
-    default: /var/lib/stacktune
-  root:
-    description: Alternative filesystem root the journal lives under (images, tests).
-    type: path
-    default: /
+extends_documentation_fragment:
+  - stacktune.gpu.journal
+  - stacktune.gpu.journal.root
 attributes:
   check_mode:
     support: full
@@ -135,6 +130,20 @@ lock_holder:
       M(stacktune.gpu.run_lock) returns it.
   returned: when check_lock_for is given
   type: dict
+acceptance:
+  description:
+    - The host's last acceptance record (C(acceptance.json) in the journal, written by
+      M(stacktune.gpu.gpu_acceptance)) with its C(verdict), C(level), C(time), C(summary),
+      C(gpu_count) ...; empty when the host has none or it cannot be used (RV(acceptance_error)).
+  returned: always
+  type: dict
+  sample: {verdict: pass, level: standard, time: "2026-12-01T10:00:00Z", gpu_count: 8}
+acceptance_error:
+  description:
+    - Why the acceptance record that is there cannot be used (not a JSON object, or a file
+      another user could have written); the record then counts as none.
+  returned: when the record is there but cannot be used
+  type: str
 unowned:
   description: With I(unowned_in), the files there that carry stacktune's header and that no readable record owns.
   returned: when unowned_in is given
@@ -145,10 +154,12 @@ unowned:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.stacktune.gpu.plugins.module_utils._acceptance import RECORD_FILE
 from ansible_collections.stacktune.gpu.plugins.module_utils._engine import Engine
 from ansible_collections.stacktune.gpu.plugins.module_utils._journal import (
     HostLocked,
     RunLock,
+    journal_options,
     open_journal,
     unowned_files,
 )
@@ -158,8 +169,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Co
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            journal_dir=dict(type="path", default="/var/lib/stacktune"),
-            root=dict(type="path", default="/"),
+            **journal_options("journal_dir", "root"),
             verify=dict(type="bool", default=False),
             unowned_in=dict(type="list", elements="path", default=[]),
             check_lock_for=dict(type="str"),
@@ -185,6 +195,9 @@ def main():
             module.fail_json(msg="Failed to check the run lock: %s" % exc)
     try:
         result["layers"] = journal.summary()
+        result["acceptance"], error = journal.record(RECORD_FILE)
+        if error:
+            result["acceptance_error"] = error
         if p["verify"]:
             result["verified"] = [
                 Engine(

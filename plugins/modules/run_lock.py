@@ -50,7 +50,6 @@ options:
     default: locked
   run_id:
     description: Id of the run that holds the lock; the same id renews it.
-    type: str
     required: true
   owner:
     description: Who runs it (for example the controller user and host), shown to a second run.
@@ -87,14 +86,10 @@ options:
     description: With I(state=locked), put back the layers an interrupted run left undecided.
     type: bool
     default: true
-  journal_dir:
-    description: Directory of the on-host journal (the layers to recover).
-    type: path
-    default: /var/lib/stacktune
-  root:
-    description: Alternative filesystem root, as for M(stacktune.gpu.host_settings).
-    type: path
-    default: /
+extends_documentation_fragment:
+  - stacktune.gpu.journal
+  - stacktune.gpu.journal.root
+  - stacktune.gpu.journal.run_id
 attributes:
   check_mode:
     support: full
@@ -159,6 +154,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils._journal import (
     LeaseLost,
     LockTimeout,
     RunLock,
+    journal_options,
     open_journal,
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context, SpecError, command_runner
@@ -168,7 +164,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             state=dict(type="str", default="locked", choices=["locked", "unlocked", "checked"]),
-            run_id=dict(type="str", required=True),
+            **journal_options("run_id", run_id={"required": True}),
             owner=dict(type="str"),
             controller=dict(type="dict"),
             takeover=dict(type="str"),
@@ -177,8 +173,7 @@ def main():
             wait=dict(type="int", default=0),
             force=dict(type="bool", default=False),
             recover=dict(type="bool", default=True),
-            journal_dir=dict(type="path", default="/var/lib/stacktune"),
-            root=dict(type="path", default="/"),
+            **journal_options("journal_dir", "root"),
         ),
         supports_check_mode=True,
     )

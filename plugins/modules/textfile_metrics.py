@@ -18,9 +18,9 @@ description:
     decision and ratios, the drift found by the last drift run, and the time and result of the last run of
     each stacktune playbook. node_exporter's textfile collector publishes it
     (C(--collector.textfile.directory)).
-  - Layer states, decisions and gate ratios come from the on-host journal (I(journal_dir)), so every
-    playbook writes the same view of the layers; the records of the current tune run (I(records)) add the
-    decisions of layers the journal does not hold.
+  - Layer states, decisions and gate ratios come from the on-host journal (I(journal_dir); a missing
+    journal means no layers), so every playbook writes the same view of the layers; the records of
+    the current tune run (I(records)) add the decisions of layers the journal does not hold.
   - "Series: C(stacktune_layer_state{layer,state}) (1 for the current journal state, 0 for the others:
     new, applying, applied, kept, rolled_back, restored); C(stacktune_layer_decision{layer,decision})
     (keep, rollback, inconclusive); C(stacktune_layer_settings{layer});
@@ -64,10 +64,6 @@ options:
         this before a playbook changes anything on the host.
     type: bool
     default: false
-  journal_dir:
-    description: Directory of the on-host journal the layer states are read from. A missing journal means no layers.
-    type: path
-    default: /var/lib/stacktune
   records:
     description:
       - Per-layer records of the current tune run, each a dict with C(layer), C(decision) and C(gate) (the gate's
@@ -106,6 +102,8 @@ attributes:
     support: full
     platforms: posix
     description: Any POSIX host; no node_exporter is needed to write the file.
+extends_documentation_fragment:
+  - stacktune.gpu.journal
 notes:
   - The journal is readable by root only; run the module with the privileges that tuned the host.
 seealso:
@@ -193,7 +191,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import atomic_write, read_text
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import Journal
+from ansible_collections.stacktune.gpu.plugins.module_utils._journal import Journal, journal_options
 from ansible_collections.stacktune.gpu.plugins.module_utils._metrics import (
     FILE_NAME,
     content_changed,
@@ -221,7 +219,7 @@ def main():
             playbook=dict(type="str", choices=["tune", "drift", "rollback", "verify"]),
             success=dict(type="bool"),
             validate_only=dict(type="bool", default=False),
-            journal_dir=dict(type="path", default="/var/lib/stacktune"),
+            **journal_options("journal_dir"),
             records=dict(type="list", elements="dict", default=[]),
             drift_settings=dict(type="int"),
             drift_corrected_settings=dict(type="int"),

@@ -164,3 +164,64 @@ def test_a_read_only_run_checks_the_lock_in_the_same_call(fakeroot, capsys):
     broken = run_module(capsys, fakeroot, verify=True, check_lock_for="drift-3", break_lock=True)
     assert not broken.get("failed") and broken["lock_holder"]["run_id"] == "tune-7"
     assert RunLock(str(fakeroot)).holder()["run_id"] == "tune-7"  # a read-only run never takes or breaks it
+
+
+# The host's last acceptance record comes with the listing, so a tune run reads no journal file.
+ACCEPTANCE = {
+    "verdict": "reject",
+    "level": "standard",
+    "time": "2026-12-01T10:00:00Z",
+    "summary": "gpu3 NCCL",
+    "gpu_count": 8,
+}
+
+
+def _write_acceptance(root, text, mode=0o600):
+    path = os.path.join(str(root), JOURNAL.lstrip("/"), "acceptance.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as handle:
+        handle.write(text)
+    os.chmod(path, mode)
+    return path
+
+
+def test_the_acceptance_record_comes_with_the_listing(capsys, tuned):
+    _write_acceptance(tuned, json.dumps(ACCEPTANCE))
+    res = run_module(capsys, tuned)
+    assert res["acceptance"] == ACCEPTANCE
+    assert "acceptance_error" not in res
+    assert [row["layer"] for row in res["layers"]] == ["kernel", "memory", "nccl"]
+
+
+def test_a_host_without_acceptance_has_an_empty_record(capsys, fakeroot):
+    res = run_module(capsys, fakeroot)
+    assert res["acceptance"] == {}
+    assert "acceptance_error" not in res
+    assert res["layers"] == []
+
+
+@pytest.mark.parametrize(
+    "text, mode, why",
+    [
+        ("{not json", 0o600, "is not JSON"),
+        ("[1, 2]", 0o600, "holds no JSON object"),
+        (json.dumps(ACCEPTANCE), 0o666, "writable"),
+    ],
+)
+def test_an_acceptance_record_that_cannot_be_used_is_named_not_used(capsys, fakeroot, text, mode, why):
+    _write_acceptance(fakeroot, text, mode)
+    res = run_module(capsys, fakeroot)
+    assert res["acceptance"] == {}
+    assert why in res["acceptance_error"]
+    assert "failed" not in res
+
+
+def test_a_linked_acceptance_record_is_not_followed(capsys, fakeroot, tmp_path):
+    target = tmp_path / "elsewhere.json"
+    target.write_text(json.dumps(ACCEPTANCE))
+    path = _write_acceptance(fakeroot, "{}")
+    os.remove(path)
+    os.symlink(str(target), path)
+    res = run_module(capsys, fakeroot)
+    assert res["acceptance"] == {}
+    assert "symbolic link" in res["acceptance_error"]
