@@ -16,9 +16,9 @@ import os
 
 from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
-from ansible_collections.stacktune.gpu.plugins.module_utils._varspec import (
-    UNDECLARED,
+from ansible_collections.stacktune.gpu.plugins.module_utils.policy.varspec import (
     MISSING,
+    UNDECLARED,
     check,
     misspelled,
     renamed,

@@ -21,7 +21,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.six import string_types
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
-from ansible_collections.stacktune.gpu.plugins.module_utils._blocks import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.blocks import (
     GateSettingError,
     Trial,
     WorkloadBroken,
@@ -29,7 +29,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils._blocks import (
     check_settings,
     resolve_workloads,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils._gate import POLICIES
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.steps import POLICIES
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._controller import command
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._interrupt import Guard, Interrupted, write_record
 

@@ -10,8 +10,8 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._blocks import GateSettingError, check_settings
-from ansible_collections.stacktune.gpu.plugins.module_utils._gate import judge
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.blocks import GateSettingError, check_settings
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.steps import judge
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._plain import plain
 
 

@@ -14,7 +14,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._topology import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.topology import (
     SEVERITIES,
     filter_findings,
     render_table,

@@ -350,10 +350,10 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.stacktune.gpu.plugins.module_utils import _workloads
-from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import read_text
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import HostLocked, lease_ticker
-from ansible_collections.stacktune.gpu.plugins.module_utils._bench import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import program as _workloads
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops import read_text
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import HostLocked, lease_ticker
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.bench import (
     COMMAND_FORMAT,
     WORKLOAD_CHOICES,
     build_result,

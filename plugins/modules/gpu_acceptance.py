@@ -300,9 +300,9 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _acceptance
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import HostLocked, LockTimeout, lease_ticker
-from ansible_collections.stacktune.gpu.plugins.module_utils._node_exporter import resolve
+from ansible_collections.stacktune.gpu.plugins.module_utils.acceptance import levels as _acceptance
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import HostLocked, LockTimeout, lease_ticker
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.node_exporter import resolve
 
 
 def _not_run(message, tail=None, rc=None):

@@ -145,14 +145,14 @@ unowned:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._engine import Engine
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.engine import Engine
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import (
     HostLocked,
     RunLock,
     open_journal,
     unowned_files,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context, command_runner
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context, command_runner
 
 
 def main():

@@ -29,8 +29,8 @@ import json
 import os
 import sys
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._hostprobe import capture, collect_topo_matrix
-from ansible_collections.stacktune.gpu.plugins.module_utils._topology import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.hostprobe import capture, collect_topo_matrix
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.topology import (
     LIBRARY_DISTRIBUTIONS,
     assemble,
     render_table,

@@ -19,7 +19,7 @@ import os
 import sys
 import time
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _workloads as W
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import program as W
 
 STEPS = {"train_step": 300, "gemm": 400, "dataloader": 80, "h2d_pinned": 100}
 PHASES = (

@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _acceptance
+from ansible_collections.stacktune.gpu.plugins.module_utils.acceptance import levels as _acceptance
 
 pytestmark = pytest.mark.gpu
 

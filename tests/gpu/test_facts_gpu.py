@@ -18,12 +18,12 @@ import time
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._hostprobe import capture
-from ansible_collections.stacktune.gpu.plugins.module_utils._pcie import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.hostprobe import capture
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.pcie import (
     compare_with_nvidia_smi,
     parse_nvidia_smi_topo,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils._topology import assemble, render_table
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.topology import assemble, render_table
 
 pytestmark = pytest.mark.gpu
 

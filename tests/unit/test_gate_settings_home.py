@@ -5,7 +5,8 @@ import os
 
 import yaml
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _blocks, _workloads
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate import blocks as _blocks
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import program as _workloads
 
 ROLE = os.path.join(os.path.dirname(__file__), "..", "..", "roles", "stacktune")
 

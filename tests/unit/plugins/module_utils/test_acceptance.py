@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _acceptance as acc
+from ansible_collections.stacktune.gpu.plugins.module_utils.acceptance import levels as acc
 
 FWD = "4f1d8e0a" * 8
 GRAD = "9be0c77d" * 8

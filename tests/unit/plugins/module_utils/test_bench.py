@@ -20,7 +20,8 @@ import sys
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _bench, _workloads
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import bench as _bench
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import program as _workloads
 
 BARE_PYTHON = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
 PROGRAM = _workloads.__file__

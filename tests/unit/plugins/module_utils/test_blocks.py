@@ -15,8 +15,9 @@ import random
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _blocks, _workloads
-from ansible_collections.stacktune.gpu.plugins.module_utils._blocks import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate import blocks as _blocks
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import program as _workloads
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.blocks import (
     GateSettingError,
     Trial,
     arm_effect,
@@ -26,7 +27,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils._blocks import (
     resolve_workloads,
     t_ppf,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils._gate import judge
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.steps import judge
 
 SETTINGS = check_settings({})
 

@@ -22,7 +22,7 @@ import random
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._blocks import Trial, check_settings
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.blocks import Trial, check_settings
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "blocks")
 DRAWS = 200

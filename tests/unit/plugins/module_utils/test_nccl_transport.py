@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._nccl_transport import parse, verdict
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.nccl_transport import parse, verdict
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "nccl")
 

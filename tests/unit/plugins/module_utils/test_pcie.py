@@ -28,9 +28,9 @@ import struct
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _hostprobe as probe
-from ansible_collections.stacktune.gpu.plugins.module_utils import _pcie as pcie
-from ansible_collections.stacktune.gpu.plugins.module_utils import _topology as topo
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import hostprobe as probe
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import pcie
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import topology as topo
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures")
 

@@ -2,9 +2,9 @@
 
 import os
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context
-from ansible_collections.stacktune.gpu.plugins.module_utils._preflight import run_preflight
-from ansible_collections.stacktune.gpu.plugins.module_utils._writers import host_writers, later_dropins
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.preflight import run_preflight
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.writers import host_writers, later_dropins
 
 
 def write(root, path, text):

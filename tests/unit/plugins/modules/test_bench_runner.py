@@ -60,7 +60,7 @@ def test_stopping_the_runner_removes_its_folder(runner):
 
 
 def test_the_runner_ends_when_its_run_loses_the_host(tmp_path, monkeypatch):
-    from ansible_collections.stacktune.gpu.plugins.module_utils import _workloads
+    from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import program as _workloads
 
     lock = tmp_path / "run.lock"
     lock.write_text(json.dumps({"holder": {"run_id": "r1", "expires_ts": time.time() + 600}, "past": []}))

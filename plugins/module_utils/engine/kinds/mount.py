@@ -21,15 +21,15 @@ __metaclass__ = type
 import os
 import re
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._dropins import ordered_files
-from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import read_text
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.dropins import ordered_files
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops import read_text
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import (
     Kind,
+    SpecError,
+    Unsupported,
     plain_value,
     require,
     setting,
-    SpecError,
-    Unsupported,
 )
 
 OPTIONS = ("size", "nr_inodes", "mode")

@@ -23,7 +23,7 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._stats import median
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import median
 
 # xid -> (severity, short name)
 XID_CATALOG = {

@@ -16,7 +16,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._dropins import ordered_files
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.dropins import ordered_files
 
 LIMITS_CONF = "/etc/security/limits.conf"
 LIMITS_DIRS = ("/etc/security/limits.d",)

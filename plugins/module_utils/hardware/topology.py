@@ -19,8 +19,8 @@ import binascii
 import posixpath
 import re
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _pcie
-from ansible_collections.stacktune.gpu.plugins.module_utils._cpu_io_facts import block, cpu_power
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import pcie as _pcie
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.cpu_io_facts import block, cpu_power
 
 SCHEMA_VERSION = 1
 # 2: config space bytes, peer-memory modules, RDMA ports, NVML fabric state and the

@@ -47,7 +47,7 @@ import json
 import math
 import numbers
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._verdicts import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.verdicts import (
     POLICIES,
     check_unit_interval,
     latency_verdict,
@@ -56,8 +56,8 @@ from ansible_collections.stacktune.gpu.plugins.module_utils._verdicts import (
     sig,
     throughput_verdict,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils._stats import mean, quantile
-from ansible_collections.stacktune.gpu.plugins.module_utils._workloads import CPU_WORKLOADS, GPU_WORKLOADS
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import mean, quantile
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.program import CPU_WORKLOADS, GPU_WORKLOADS
 
 DIMENSIONS = ("throughput", "p50", "tail", "stalls")
 TAIL_DIMENSIONS = ("tail", "stalls")

@@ -21,15 +21,15 @@ import os
 import re
 import shlex
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._dropins import ordered_files
-from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import env_file_value, read_text
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.dropins import ordered_files
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops import env_file_value, read_text
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import (
     HEADER,
     Kind,
-    plain_value,
-    setting,
     SpecError,
     Unsupported,
+    plain_value,
+    setting,
 )
 
 GRUB_DROPIN = "/etc/default/grub.d/60-stacktune-%s.cfg"

@@ -22,7 +22,8 @@ __metaclass__ = type
 
 import numbers
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _compat, _health
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import compat as _compat
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import health as _health
 
 SEVERITIES = ("info", "warning", "critical")
 FAIL_ON_CHOICES = ("critical", "warning", "never")

@@ -16,7 +16,7 @@ __metaclass__ = type
 import os
 import re
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import read_text
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops import read_text
 
 IRQBALANCE_CONFIGS = ("/etc/default/irqbalance", "/etc/sysconfig/irqbalance")
 # Per boot mechanism: its directories, the prefix of stacktune's drop-ins, whether a later

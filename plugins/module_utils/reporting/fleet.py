@@ -21,8 +21,8 @@ __metaclass__ = type
 import json
 import math
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._acceptance import FLEET_METRICS
-from ansible_collections.stacktune.gpu.plugins.module_utils._stats import median
+from ansible_collections.stacktune.gpu.plugins.module_utils.acceptance.levels import FLEET_METRICS
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import median
 
 SCHEMA_VERSION = 1
 

@@ -15,14 +15,14 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _bootlimits
-from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import env_file_value
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine import bootlimits as _bootlimits
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops import env_file_value
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import (
     Kind,
+    SpecError,
     plain_value,
     require,
     setting,
-    SpecError,
 )
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

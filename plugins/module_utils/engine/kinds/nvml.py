@@ -17,8 +17,8 @@ __metaclass__ = type
 
 import os
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _writers
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine import writers as _writers
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import (
     Kind,
     SpecError,
     Unsupported,

@@ -32,12 +32,12 @@ import re
 import subprocess
 import sys
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._pcie import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.pcie import (
     CONFIG_MAX_BYTES,
     FABRIC_MANAGER_UNIT,
     fabric_expected,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils._topology import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.topology import (
     RAW_FORMAT_VERSION,
     ReplayReader,
     build_facts,

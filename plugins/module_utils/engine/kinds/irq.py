@@ -16,11 +16,11 @@ __metaclass__ = type
 import os
 import re
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._cpulist import canonical_cpulist
-from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import read_text
-from ansible_collections.stacktune.gpu.plugins.module_utils import _writers
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Kind, SpecError, exists, setting
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_sysfs import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.cpulist import canonical_cpulist
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops import read_text
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine import writers as _writers
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Kind, SpecError, exists, setting
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.sysfs import (
     render_tmpfiles,
     tmpfiles_boot_value,
     tmpfiles_value,

@@ -23,7 +23,12 @@ __metaclass__ = type
 
 import os
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import read_text, rooted, writable, write_live
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops import (
+    read_text,
+    rooted,
+    writable,
+    write_live,
+)
 
 HEADER = "# Managed by stacktune (layer %s). Changes here are reported as drift and restored.\n"
 

@@ -35,17 +35,17 @@ import math
 import os
 import time
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import atomic_write
-from ansible_collections.stacktune.gpu.plugins.module_utils._health import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops import atomic_write
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.health import (
     evaluate_clock_samples,
     evaluate_link_errors,
     evaluate_memory_health,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import Journal
-from ansible_collections.stacktune.gpu.plugins.module_utils._metrics import escape_label, format_value
-from ansible_collections.stacktune.gpu.plugins.module_utils._stats import summarize
-from ansible_collections.stacktune.gpu.plugins.module_utils._topology import decode_clocks_event_reasons
-from ansible_collections.stacktune.gpu.plugins.module_utils._workloads import private_program, run_process
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import Journal
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.metrics import escape_label, format_value
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import summarize
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.topology import decode_clocks_event_reasons
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.program import private_program, run_process
 
 PROGRAM_VERSION = 2
 MIN_ROUNDS = 3

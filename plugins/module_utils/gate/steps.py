@@ -57,9 +57,9 @@ import random
 import struct
 from statistics import NormalDist
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _blocks
-from ansible_collections.stacktune.gpu.plugins.module_utils._stats import mean, quantile, stdev
-from ansible_collections.stacktune.gpu.plugins.module_utils._verdicts import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate import blocks as _blocks
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import mean, quantile, stdev
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.verdicts import (
     POLICIES,
     check_unit_interval,
     latency_verdict,

@@ -32,16 +32,16 @@ import datetime
 import os
 import re
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _fileops as fileops
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import UntrustedJournal, new_entry
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import SpecError, Unsupported
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_cmdline import GRUB_DROPIN, KernelArgKind
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_file import EnvVarKind, FileKind, check_path
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_irq import IrqAffinityKind
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_mount import MountKind
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_nvml import NvmlKind
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_sysctl import SYSCTL_DROPIN, SysctlKind
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_sysfs import TMPFILES, SysfsKind
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine import fileops
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import UntrustedJournal, new_entry
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import SpecError, Unsupported
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.cmdline import GRUB_DROPIN, KernelArgKind
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.file import EnvVarKind, FileKind, check_path
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.irq import IrqAffinityKind
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.mount import MountKind
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.nvml import NvmlKind
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.sysctl import SYSCTL_DROPIN, SysctlKind
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.sysfs import SysfsKind, TMPFILES
 
 KINDS = {
     k.name: k

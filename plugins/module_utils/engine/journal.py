@@ -33,7 +33,7 @@ import re
 import stat
 import time
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import atomic_write, fsync_dir, rooted
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops import atomic_write, fsync_dir, rooted
 
 _LAYER = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 # The first words of the header every file stacktune writes carries (_kind_base.HEADER, and the

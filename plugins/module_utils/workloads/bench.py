@@ -14,8 +14,8 @@ __metaclass__ = type
 import json
 import math
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._stats import summarize
-from ansible_collections.stacktune.gpu.plugins.module_utils._workloads import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import summarize
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.program import (
     CPU_WORKLOADS,
     DEFAULT_SIZE,
     GPU_WORKLOADS,
