@@ -30,11 +30,8 @@ import os
 import sys
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.hostprobe import capture, collect_topo_matrix
-from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.topology import (
-    LIBRARY_DISTRIBUTIONS,
-    assemble,
-    render_table,
-)
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.topology import LIBRARY_DISTRIBUTIONS, assemble
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.topology_table import render_table
 
 
 def compact(raw):

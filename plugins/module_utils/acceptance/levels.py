@@ -36,6 +36,10 @@ import os
 import time
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops import atomic_write
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.constants import (
+    NVLINK_DEVICE_TYPE_SWITCH,
+    PCIE_GT_S,
+)
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.health import (
     evaluate_clock_samples,
     evaluate_link_errors,
@@ -44,8 +48,8 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.health impo
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import Journal
 from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.metrics import escape_label, format_value
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import summarize
-from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.topology import decode_clocks_event_reasons
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.program import private_program, run_process
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.parsers import decode_clocks_event_reasons
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.process import private_program, run_process
 
 PROGRAM_VERSION = 2
 MIN_ROUNDS = 3
@@ -483,14 +487,12 @@ def evaluate(report, thresholds=None, previous_health=None, memory_table=None):
 # PCIe: transfer rate (GT/s per lane) x lanes x line-code efficiency / 8 bits. Gen1 and
 # Gen2 use 8b/10b, Gen3 to Gen5 128b/130b; this is the payload ceiling before packet
 # headers, which no copy reaches. Gen5 x16: 32 x 16 x 128/130 / 8 = 63.0 GB/s.
-PCIE_GT_PER_LANE = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0}
 PCIE_ENCODING = {1: 8.0 / 10.0, 2: 8.0 / 10.0, 3: 128.0 / 130.0, 4: 128.0 / 130.0, 5: 128.0 / 130.0}
 
 # NVLink, per link and direction, by the version NVML reports (nvmlDeviceGetNvLinkVersion):
 # NVLink 1 (P100) 20 GB/s, NVLink 2 (V100), 3 (A100) and 4 (H100/H200) 25 GB/s, NVLink 5
 # (B200) 50 GB/s. An H200 with 18 links: 450 GB/s each way (900 GB/s both ways).
 NVLINK_GBPS_PER_LINK = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}
-NVLINK_REMOTE_SWITCH = 2  # nvmlIntNvLinkDeviceType_t: 0 GPU, 1 IBM NPU, 2 NVSwitch
 
 # Peak memory bandwidth per GPU model (GB/s), from NVIDIA's product specifications,
 # matched as a case-insensitive substring of the name NVML and CUDA report, first match
@@ -597,11 +599,11 @@ def validate_memory_table(given=None):
 
 def pcie_limit_gbps(gen, width):
     """Per-direction payload limit of a PCIe link in GB/s; None when unknown."""
-    if isinstance(gen, bool) or isinstance(width, bool) or gen not in PCIE_GT_PER_LANE:
+    if isinstance(gen, bool) or isinstance(width, bool) or gen not in PCIE_ENCODING:
         return None
     if not isinstance(width, int) or width <= 0:
         return None
-    return PCIE_GT_PER_LANE[gen] * width * PCIE_ENCODING[gen] / 8.0
+    return PCIE_GT_S[gen] * width * PCIE_ENCODING[gen] / 8.0
 
 
 def nvlink_limit_gbps(version, links):
@@ -657,7 +659,7 @@ def p2p_limit(dev_a, dev_b, gpu_bus_ids=()):
         return [
             link
             for link in links
-            if link.get("remote_type") == NVLINK_REMOTE_SWITCH
+            if link.get("remote_type") == NVLINK_DEVICE_TYPE_SWITCH
             or (link.get("remote_pci_bus_id") and link.get("remote_pci_bus_id") not in gpu_bus_ids)
         ]
 

@@ -57,7 +57,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.gate.verdicts import
     throughput_verdict,
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import mean, quantile
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.program import CPU_WORKLOADS, GPU_WORKLOADS
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import CPU_WORKLOADS, GPU_WORKLOADS
 
 DIMENSIONS = ("throughput", "p50", "tail", "stalls")
 TAIL_DIMENSIONS = ("tail", "stalls")

@@ -32,11 +32,8 @@ import re
 import subprocess
 import sys
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.pcie import (
-    CONFIG_MAX_BYTES,
-    FABRIC_MANAGER_UNIT,
-    fabric_expected,
-)
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.acs import CONFIG_MAX_BYTES
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.fabric import FABRIC_MANAGER_UNIT, fabric_expected
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.topology import (
     RAW_FORMAT_VERSION,
     ReplayReader,

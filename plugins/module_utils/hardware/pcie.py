@@ -29,45 +29,27 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
-import struct
 
-PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.constants import (
+    PCI_ADDRESS,
+    version_prefix,
+)
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.acs import (
+    ACS_SHORT,
+    CONFIG_MAX_BYTES,
+    not_recorded_acs,
+    parse_acs,
+)
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.fabric import FABRIC_MANAGER_UNIT, build_fabric
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.parsers import parse_int, parse_str
+
 HOST_BRIDGE = re.compile(r"^pci[0-9a-f]{4,8}:[0-9a-f]{2}$")
-NVIDIA_VENDOR = "0x10de"
-# NVSwitches are NVIDIA PCI functions of class 0x0680 ("Bridge: other"); NCCL and the
-# NVIDIA tools recognise them by exactly this class.
-NVSWITCH_CLASS = "0x0680"
 
 PATH_CLASSES = ("PIX", "PXB", "PHB", "NODE", "SYS")
 NCCL_PATH = {"PIX": "PIX", "PXB": "PXB", "PHB": "PHB", "NODE": "PHB", "SYS": "SYS"}
 # NCCL's default NCCL_NET_GDR_LEVEL on PCIe hosts: GPUDirect RDMA only when the GPU and
 # the NIC are at most PXB apart.
 GDR_MAX_PATH = "PXB"
-
-# Config space: 4096 bytes with PCIe extended space; a process without CAP_SYS_ADMIN
-# reads only the first 64 bytes of sysfs "config" (128 for CardBus bridges).
-CONFIG_MAX_BYTES = 4096
-CONFIG_BASIC_BYTES = 256
-EXT_CAP_START = 0x100
-EXT_CAP_MAX = (CONFIG_MAX_BYTES - EXT_CAP_START) // 8
-EXT_CAP_ID_ACS = 0x000D
-ACS_CAP_OFFSET = 4  # ACS Capability register (16 bits)
-ACS_CTRL_OFFSET = 6  # ACS Control register (16 bits)
-# ACS Capability / Control bits (PCI_ACS_SV ... PCI_ACS_DT in linux/pci_regs.h), with
-# the short names lspci prints.
-ACS_BITS = (
-    (0x0001, "source_validation", "SrcValid"),
-    (0x0002, "translation_blocking", "TransBlk"),
-    (0x0004, "p2p_request_redirect", "ReqRedir"),
-    (0x0008, "p2p_completion_redirect", "CmpltRedir"),
-    (0x0010, "upstream_forwarding", "UpstreamFwd"),
-    (0x0020, "p2p_egress_control", "EgressCtrl"),
-    (0x0040, "direct_translated_p2p", "DirectTrans"),
-)
-# Enabled, these send peer-to-peer traffic up to the root complex instead of across the
-# switch; they are the bits the kernel clears for pci=disable_acs_redir=.
-ACS_REDIRECT_MASK = 0x0004 | 0x0008 | 0x0020
-ACS_SHORT = {name: short for _bit, name, short in ACS_BITS}
 
 # Where a peer-memory client announces itself; NCCL's IB transport looks for any of
 # these before it registers GPU memory with the NIC through nvidia_peermem.
@@ -85,29 +67,6 @@ PEERMEM_LEGACY_FILES = (
 DMA_BUF_MIN_KERNEL = (5, 12)
 DMA_BUF_MIN_DRIVER = 515
 
-NVLINK_DEVICE_TYPE_SWITCH = 2
-# nvmlGpuFabricState_t
-FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
-FABRIC_STATE_COMPLETED = 3
-# nvmlReturn_t values a fabric status may carry
-NVML_RETURNS = {
-    0: "success",
-    1: "uninitialized",
-    2: "invalid_argument",
-    3: "not_supported",
-    4: "no_permission",
-    6: "not_found",
-    9: "driver_not_loaded",
-    10: "timeout",
-    15: "gpu_is_lost",
-    16: "reset_required",
-    18: "lib_rm_version_mismatch",
-    27: "not_ready",
-    29: "invalid_state",
-    999: "unknown",
-}
-FABRIC_MANAGER_UNIT = "nvidia-fabricmanager.service"
-
 IOMMU_NOTE = (
     "the IOMMU translates DMA (mode on): GPU-NIC peer-to-peer requests go through it; passthrough (iommu=pt) "
     "keeps them off it"
@@ -119,33 +78,6 @@ NO_PCI_RDMA_STATEMENT = (
 )
 NO_GPU_STATEMENT = "no GPU on this host, so GPUDirect RDMA does not apply"
 NO_NICS_STATEMENT = "NICs were not gathered (nics=false)"
-
-
-# --------------------------------------------------------------------------- small parsers
-
-
-def _int(text):
-    if text is None:
-        return None
-    value = text.strip()
-    try:
-        return int(value, 0) if value.lower().startswith("0x") else int(value)
-    except ValueError:
-        return None
-
-
-def _str(text):
-    if text is None:
-        return None
-    return text.strip() or None
-
-
-def version_tuple(text, parts=3):
-    """Leading numeric parts of a version ("6.8.0-45-generic" -> (6, 8, 0)), None without one."""
-    match = re.match(r"^\s*(\d+(?:\.\d+)*)", text or "")
-    if not match:
-        return None
-    return tuple(int(p) for p in match.group(1).split(".")[:parts])
 
 
 def parse_device_path(path):
@@ -224,122 +156,6 @@ def classify(a, b):
     return "PXB", common, below
 
 
-# --------------------------------------------------------------------------- config space and ACS
-
-
-def extended_capabilities(data):
-    """PCIe extended capabilities in config space bytes: [{"id", "version", "offset"}]."""
-    caps = []
-    offset = EXT_CAP_START
-    seen = set()
-    while offset >= EXT_CAP_START and offset + 4 <= len(data) and offset not in seen and len(caps) < EXT_CAP_MAX:
-        seen.add(offset)
-        header = struct.unpack_from("<I", data, offset)[0]
-        if header in (0, 0xFFFFFFFF):
-            break
-        caps.append({"id": header & 0xFFFF, "version": (header >> 16) & 0xF, "offset": offset})
-        offset = (header >> 20) & 0xFFC
-    return caps
-
-
-def _bit_names(value):
-    return [name for bit, name, _short in ACS_BITS if value & bit]
-
-
-def parse_acs(data):
-    """ACS capability and control of a bridge from its config space bytes (None: unreadable)."""
-    out = {
-        "config": None,
-        "present": None,
-        "offset": None,
-        "capability": None,
-        "control": None,
-        "supported": [],
-        "enabled": [],
-        "redirect": [],
-        "text": None,
-    }
-    if data is None:
-        out["config"] = "unreadable"
-        out["text"] = "unknown (config space unreadable)"
-        return out
-    if len(data) < CONFIG_BASIC_BYTES:
-        out["config"] = "not_root"
-        out["text"] = "unreadable (not root): %d bytes of config space readable" % len(data)
-        return out
-    if len(data) <= EXT_CAP_START:
-        out["config"] = "no_extended_space"
-        out["present"] = False
-        out["text"] = "no ACS (no PCIe extended config space)"
-        return out
-    out["config"] = "full"
-    acs = next((c for c in extended_capabilities(data) if c["id"] == EXT_CAP_ID_ACS), None)
-    if acs is None or acs["offset"] + ACS_CTRL_OFFSET + 2 > len(data):
-        out["present"] = False
-        out["text"] = "no ACS capability"
-        return out
-    capability = struct.unpack_from("<H", data, acs["offset"] + ACS_CAP_OFFSET)[0]
-    control = struct.unpack_from("<H", data, acs["offset"] + ACS_CTRL_OFFSET)[0]
-    out.update(
-        {
-            "present": True,
-            "offset": acs["offset"],
-            "capability": capability,
-            "control": control,
-            "supported": _bit_names(capability),
-            "enabled": _bit_names(control),
-            "redirect": _bit_names(control & ACS_REDIRECT_MASK),
-        }
-    )
-    if out["redirect"]:
-        out["text"] = "redirects P2P (%s)" % ",".join(ACS_SHORT[n] for n in out["redirect"])
-    elif out["enabled"]:
-        out["text"] = "no P2P redirect (%s)" % ",".join(ACS_SHORT[n] for n in out["enabled"])
-    else:
-        out["text"] = "no ACS control bit set"
-    return out
-
-
-def not_recorded_acs():
-    out = parse_acs(None)
-    out.update({"config": "not_recorded", "text": "not recorded"})
-    return out
-
-
-# --------------------------------------------------------------------------- host inputs
-
-
-def nvidia_switches(fs):
-    """PCI addresses of NVSwitches on this host's PCI bus (None when the bus cannot be listed)."""
-    names = fs.listdir("/sys/bus/pci/devices")
-    if names is None:
-        return None
-    found = []
-    for address in names:
-        base = "/sys/bus/pci/devices/" + address
-        if _str(fs.read(base + "/vendor")) != NVIDIA_VENDOR:
-            continue
-        if (_str(fs.read(base + "/class")) or "").startswith(NVSWITCH_CLASS):
-            found.append(address.lower())
-    return sorted(found)
-
-
-def nvlink_switch_gpus(nvml):
-    """Indexes of GPUs with an active NVLink to an NVSwitch, from raw NVML values."""
-    indexes = []
-    for dev in (nvml or {}).get("devices") or []:
-        for link in dev.get("nvlink") or []:
-            if link.get("active") and link.get("remote_device_type") == NVLINK_DEVICE_TYPE_SWITCH:
-                indexes.append(dev.get("index"))
-                break
-    return indexes
-
-
-def fabric_expected(fs, nvml):
-    """Whether the host has an NVSwitch fabric: NVSwitches on PCI or GPUs linked to one."""
-    return bool(nvidia_switches(fs)) or bool(nvlink_switch_gpus(nvml))
-
-
 def module_flavor(proc_version, taint):
     """Flavour of the NVIDIA kernel module ("open", "proprietary" or None), from its version text or taint."""
     if proc_version and "Open Kernel Module" in proc_version:
@@ -354,7 +170,7 @@ def module_flavor(proc_version, taint):
 
 def _port_state(text):
     """Name of a numbered sysfs state ("4: ACTIVE" -> "ACTIVE")."""
-    value = _str(text)
+    value = parse_str(text)
     return value.split(":", 1)[-1].strip() or None if value else None
 
 
@@ -372,8 +188,8 @@ def rdma_ports(fs, device):
                 "port": int(name) if name.isdigit() else name,
                 "state": _port_state(fs.read(port + "state")),
                 "phys_state": _port_state(fs.read(port + "phys_state")),
-                "rate": _str(fs.read(port + "rate")),
-                "link_layer": _str(fs.read(port + "link_layer")),
+                "rate": parse_str(fs.read(port + "rate")),
+                "link_layer": parse_str(fs.read(port + "link_layer")),
             }
         )
     return ports
@@ -393,7 +209,7 @@ def _device_entry(fs, address, role, names, single_node, hint_path=None):
     parsed = parse_device_path(fs.realpath("/sys/bus/pci/devices/" + address))
     if parsed is None and hint_path:
         parsed = parse_device_path(hint_path)
-    raw_numa = _int(fs.read("/sys/bus/pci/devices/%s/numa_node" % address))
+    raw_numa = parse_int(fs.read("/sys/bus/pci/devices/%s/numa_node" % address))
     key = _numa_key(raw_numa, single_node)
     return {
         "address": address,
@@ -484,7 +300,7 @@ def peer_memory(fs, recorded, host, driver):
     flavor = module_flavor(fs.read("/proc/driver/nvidia/version"), fs.read("/sys/module/nvidia/taint"))
     out["kernel_module_flavor"] = flavor
     reasons, unknown = out["dma_buf_reasons"], out["dma_buf_unknown"]
-    kernel = version_tuple(host.get("kernel_release"), 2)
+    kernel = version_prefix(host.get("kernel_release"), 2)
     if kernel is None:
         unknown.append("kernel release unknown")
     elif kernel < DMA_BUF_MIN_KERNEL:
@@ -494,7 +310,7 @@ def peer_memory(fs, recorded, host, driver):
     elif flavor is None:
         unknown.append("NVIDIA kernel module flavour unknown")
     driver_version = driver.get("kernel_module_version") or driver.get("nvml_version")
-    major = (version_tuple(driver_version, 1) or (None,))[0]
+    major = (version_prefix(driver_version, 1) or (None,))[0]
     if major is None:
         unknown.append("driver version unknown")
     elif major < DMA_BUF_MIN_DRIVER:
@@ -556,126 +372,6 @@ def pair_verdict(pair, memory, acs_by_bridge, link_problem, link_unknown):
     if unknown:
         return "unknown", reasons, unknown, "GPUDirect RDMA undetermined: " + "; ".join(unknown)
     return "possible", reasons, unknown, "GPUDirect RDMA possible"
-
-
-# --------------------------------------------------------------------------- fabric
-
-
-def _fabric_gpus(nvml, recorded):
-    out = []
-    for dev in (nvml or {}).get("devices") or []:
-        info = dev.get("fabric") if recorded else None
-        entry = {
-            "index": dev.get("index"),
-            "recorded": info is not None,
-            "supported": None,
-            "state": None,
-            "status": None,
-            "clique_id": None,
-            "cluster_uuid": None,
-            "health_mask": None,
-            "error": None,
-        }
-        if info is not None:
-            entry["supported"] = bool(info.get("supported"))
-            entry["error"] = info.get("error")
-            if info.get("supported"):
-                state, status = info.get("state"), info.get("status")
-                if state != FABRIC_STATE_COMPLETED:
-                    status = None  # NVML sets the status only once the state is completed
-                entry.update(
-                    {
-                        "state": FABRIC_STATES.get(state, "state_%s" % state) if state is not None else None,
-                        "status": NVML_RETURNS.get(status, "nvml_return_%s" % status) if status is not None else None,
-                        "clique_id": info.get("clique_id"),
-                        "cluster_uuid": info.get("cluster_uuid"),
-                        "health_mask": info.get("health_mask"),
-                    }
-                )
-        out.append(entry)
-    return out
-
-
-def parse_systemctl_show(text):
-    values = {}
-    for line in (text or "").splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            values[key.strip()] = value.strip()
-    return values
-
-
-def parse_fabric_manager_version(text):
-    """Version from ``nv-fabricmanager --version`` ("Fabric Manager version is : 550.54.15")."""
-    match = re.search(r"version is\s*:?\s*(\d+\.\d+(?:\.\d+)?)", text or "")
-    return match.group(1) if match else None
-
-
-def parse_package_version(text):
-    """Version of an installed package from ``installed <version>`` lines (the package query's format)."""
-    for line in (text or "").splitlines():
-        status, _sep, version = line.strip().partition(" ")
-        if status == "installed":
-            match = re.match(r"^(\d+\.\d+(?:\.\d+)?)", version.strip())
-            if match:
-                return match.group(1)
-    return None
-
-
-def fabric_manager(commands, driver_version):
-    commands = commands or {}
-    unit_cmd = commands.get("fabricmanager_unit")
-    version_cmd = commands.get("fabricmanager_version")
-    package_cmd = commands.get("fabricmanager_package")
-    recorded = any(c is not None for c in (unit_cmd, version_cmd, package_cmd))
-    out = {
-        "recorded": recorded,
-        "unit": FABRIC_MANAGER_UNIT,
-        "load_state": None,
-        "active_state": None,
-        "sub_state": None,
-        "version": None,
-        "version_source": None,
-        "driver_version": driver_version,
-        "agree": None,
-    }
-    if unit_cmd and unit_cmd.get("rc") == 0:
-        values = parse_systemctl_show(unit_cmd.get("stdout"))
-        out["load_state"] = values.get("LoadState") or None
-        out["active_state"] = values.get("ActiveState") or None
-        out["sub_state"] = values.get("SubState") or None
-    if version_cmd and version_cmd.get("rc") == 0:
-        out["version"] = parse_fabric_manager_version(
-            (version_cmd.get("stdout") or "") + "\n" + (version_cmd.get("stderr") or "")
-        )
-        if out["version"]:
-            out["version_source"] = "nv-fabricmanager --version"
-    if out["version"] is None and package_cmd and package_cmd.get("rc") == 0:
-        out["version"] = parse_package_version(package_cmd.get("stdout"))
-        if out["version"]:
-            out["version_source"] = " ".join(package_cmd.get("argv") or [])
-    if out["version"] and driver_version:
-        out["agree"] = out["version"] == driver_version.strip()
-    return out
-
-
-def build_fabric(fs, raw, driver, recorded):
-    nvml = raw.get("nvml") or {}
-    switches = nvidia_switches(fs) if recorded else None
-    linked = nvlink_switch_gpus(nvml)
-    driver_version = driver.get("kernel_module_version") or driver.get("nvml_version")
-    present = None
-    if switches or linked:
-        present = True
-    elif switches is not None:
-        present = False
-    return {
-        "nvswitch": present,
-        "nvswitch_pci": switches,
-        "gpus_on_nvswitch": linked,
-        "fabric_manager": fabric_manager(raw.get("commands") if recorded else None, driver_version),
-        "gpus": _fabric_gpus(nvml, recorded),
-    }
 
 
 # --------------------------------------------------------------------------- facts
@@ -960,169 +656,4 @@ def derive_findings(facts, covered_nics=()):
                 {"state": gpu.get("state"), "status": gpu.get("status"), "clique_id": gpu.get("clique_id")},
             )
         )
-    return out
-
-
-# --------------------------------------------------------------------------- table
-
-
-def render_lines(facts, columns):
-    """Lines of the facts table: GPU-NIC path classes, GPUDirect verdicts, ACS, peer memory, fabric.
-
-    ``columns(headers, rows)`` lays out a table (the facts table's own layout helper).
-    """
-    lines = []
-    gpudirect = facts.get("gpudirect") or {}
-    pairs = gpudirect.get("pairs") or []
-    gpu_ids = []
-    for pair in pairs:
-        if pair["gpu"] not in gpu_ids:
-            gpu_ids.append(pair["gpu"])
-    if pairs:
-        nics = []
-        for pair in pairs:
-            if pair["nic_address"] not in [n[1] for n in nics]:
-                nics.append((pair["nic"], pair["nic_address"]))
-        by_key = {(p["gpu"], p["nic_address"]): p for p in pairs}
-        rows = [[name, address] + [by_key[(g, address)]["path"] or "-" for g in gpu_ids] for name, address in nics]
-        lines.append("")
-        lines.extend(columns(["nic", "pci"] + ["gpu%s" % g for g in gpu_ids], rows))
-    lines.append("")
-    statement = gpudirect.get("statement") or "-"
-    lines.append(statement if statement.startswith("GPUDirect RDMA") else "GPUDirect RDMA: " + statement)
-    if gpudirect.get("applies"):
-        # The pairs that matter: each GPU with its nearest RDMA NIC(s), or all of its
-        # RDMA pairs while the paths are unknown; equal verdicts share a line.
-        nearest = {n["gpu"]: set(n["nics"]) for n in gpudirect.get("nearest_nic") or [] if n.get("rdma")}
-        shown = {}
-        for pair in pairs:
-            if pair.get("rdma_devices") and (not nearest.get(pair["gpu"]) or pair["nic"] in nearest[pair["gpu"]]):
-                shown.setdefault(pair.get("text"), []).append("gpu%s-%s" % (pair["gpu"], pair["nic"]))
-        for text, labels in shown.items():
-            more = " and %d more" % (len(labels) - 4) if len(labels) > 4 else ""
-            lines.append("  %s%s: %s" % (", ".join(labels[:4]), more, text))
-        memory = gpudirect.get("peer_memory") or {}
-        if memory.get("recorded"):
-            dma_buf = {True: "ready", False: "not ready", None: "unknown"}[memory.get("dma_buf")]
-            detail = memory.get("dma_buf_reasons") or memory.get("dma_buf_unknown") or []
-            lines.append(
-                "  peer memory: nvidia_peermem %s; DMA-BUF %s%s"
-                % (
-                    "loaded" if memory.get("nvidia_peermem") else "not loaded",
-                    dma_buf,
-                    " (%s)" % "; ".join(detail) if detail else "",
-                )
-            )
-    acs_texts = {}
-    for entry in facts.get("pcie_paths") or []:
-        for bridge in entry.get("bridges") or []:
-            if bridge.get("acs") is not None:
-                acs_texts[bridge["address"]] = bridge["acs"]
-    redirect = sorted(a for a, acs in acs_texts.items() if acs.get("redirect"))
-    unreadable = sorted(a for a, acs in acs_texts.items() if acs.get("config") in ("not_root", "unreadable"))
-    if redirect:
-        lines.append(
-            "ACS redirect: "
-            + "; ".join("%s %s" % (a, ",".join(ACS_SHORT[n] for n in acs_texts[a]["redirect"])) for a in redirect)
-        )
-    elif acs_texts and any(acs.get("config") != "not_recorded" for acs in acs_texts.values()):
-        lines.append("ACS redirect: none on %d bridge(s)" % (len(acs_texts) - len(unreadable)))
-    if unreadable:
-        lines.append("ACS unknown: %s (%s)" % (", ".join(unreadable), acs_texts[unreadable[0]].get("text")))
-    fabric = facts.get("fabric") or {}
-    if fabric.get("nvswitch"):
-        manager = fabric.get("fabric_manager") or {}
-        states = {}
-        for gpu in fabric.get("gpus") or []:
-            if not gpu.get("recorded"):
-                key = "not recorded"
-            elif gpu.get("supported"):
-                key = "%s/%s" % (gpu.get("state"), gpu.get("status"))
-            else:
-                key = "unsupported"
-            states[key] = states.get(key, 0) + 1
-        on_pci = fabric.get("nvswitch_pci")
-        if manager.get("recorded"):
-            agree = {True: "agrees with", False: "DIFFERS from", None: "vs"}[manager.get("agree")]
-            fm_text = "%s, %s %s driver %s" % (
-                manager.get("active_state") or "state unknown",
-                manager.get("version") or "version unknown",
-                agree,
-                manager.get("driver_version") or "-",
-            )
-        else:
-            fm_text = "not recorded"
-        lines.append(
-            "NVSwitch: %s on PCI, %d GPU(s) NVLinked to one; fabric manager %s; GPU fabric %s"
-            % (
-                len(on_pci) if on_pci is not None else "unknown",
-                len(fabric.get("gpus_on_nvswitch") or []),
-                fm_text,
-                ", ".join("%s x%d" % (k, v) for k, v in sorted(states.items())) or "-",
-            )
-        )
-    return lines
-
-
-# --------------------------------------------------------------------------- nvidia-smi topo -m
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-TOPO_AFFINITY_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
-
-
-def parse_nvidia_smi_topo(text):
-    """The matrix of ``nvidia-smi topo -m``: {(row, column): cell} with NICn named by the NIC legend.
-
-    Rows and columns are ``GPU0``..., NIC names (``mlx5_0``); affinity columns are left out.
-    """
-    lines = [_ANSI.sub("", line) for line in (text or "").splitlines()]
-    legend = {}
-    for line in lines:
-        match = re.match(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$", line)
-        if match:
-            legend[match.group(1)] = match.group(2)
-    header = None
-    matrix = {}
-    for line in lines:
-        if header is not None and (not line.strip() or line.strip().startswith("Legend")):
-            break
-        cells = [c.strip() for c in line.split("\t")]
-        if header is None:
-            if len(cells) > 1 and cells[0] == "" and cells[1].startswith("GPU"):
-                header = [legend.get(c, c) for c in cells[1:]]
-            continue
-        row = legend.get(cells[0], cells[0])
-        for column, cell in zip(header, cells[1:]):
-            if column and column not in TOPO_AFFINITY_COLUMNS:
-                matrix[(row, column)] = cell
-    return matrix
-
-
-def compare_with_nvidia_smi(facts, matrix):
-    """Cells where the facts' classes differ from ``nvidia-smi topo -m`` (parsed by :func:`parse_nvidia_smi_topo`).
-
-    GPU pairs shown as NV# are held against ``topology.p2p_levels``, other GPU pairs
-    against ``topology.pcie_levels``, GPU-NIC cells against the ``gpudirect`` pairs. Each
-    difference is ``(row, column, ours, nvidia_smi)``; cells nvidia-smi does not show are
-    skipped.
-    """
-    out = []
-    topology = facts.get("topology") or {}
-    p2p = topology.get("p2p_levels") or []
-    levels = topology.get("pcie_levels") or []
-    for i, row in enumerate(levels):
-        for j, pcie_class in enumerate(row):
-            theirs = matrix.get(("GPU%d" % i, "GPU%d" % j))
-            if theirs is None:
-                continue
-            ours = pcie_class
-            if theirs.startswith("NV"):
-                ours = p2p[i][j] if i < len(p2p) and j < len(p2p[i]) else None
-            if ours != theirs:
-                out.append(("GPU%d" % i, "GPU%d" % j, ours, theirs))
-    for pair in (facts.get("gpudirect") or {}).get("pairs") or []:
-        for name in pair.get("rdma_devices") or [pair.get("nic")]:
-            theirs = matrix.get(("GPU%s" % pair["gpu"], name))
-            if theirs is not None and pair["path"] != theirs:
-                out.append(("GPU%s" % pair["gpu"], name, pair["path"], theirs))
     return out

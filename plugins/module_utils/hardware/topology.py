@@ -21,6 +21,30 @@ import re
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import pcie as _pcie
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.cpu_io_facts import block, cpu_power
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.constants import (
+    NVIDIA_VENDOR,
+    NVLINK_DEVICE_TYPE_SWITCH,
+    SLOWDOWN_REASONS,
+    version_order,
+)
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.parsers import (
+    decode_clocks_event_reasons,
+    format_cuda_version,
+    library_version_from_filename,
+    normalize_bus_id,
+    parse_bracketed,
+    parse_cpuinfo,
+    parse_cpulist,
+    parse_driver_version,
+    parse_int,
+    parse_iommu_cmdline,
+    parse_ldconfig,
+    parse_node_meminfo_total_kib,
+    parse_os_release,
+    parse_pcie_gen,
+    parse_str,
+    pci_address_from_path,
+)
 
 SCHEMA_VERSION = 1
 # 2: config space bytes, peer-memory modules, RDMA ports, NVML fabric state and the
@@ -29,38 +53,14 @@ RAW_FORMAT_VERSION = 2
 
 SEVERITIES = ("info", "warning", "critical")
 
-# nvmlClocksEventReason* / nvmlClocksThrottleReason* bits (same values under both names).
-CLOCKS_EVENT_REASONS = (
-    (0x0000000000000001, "gpu_idle"),
-    (0x0000000000000002, "applications_clocks_setting"),
-    (0x0000000000000004, "sw_power_cap"),
-    (0x0000000000000008, "hw_slowdown"),
-    (0x0000000000000010, "sync_boost"),
-    (0x0000000000000020, "sw_thermal_slowdown"),
-    (0x0000000000000040, "hw_thermal_slowdown"),
-    (0x0000000000000080, "hw_power_brake_slowdown"),
-    (0x0000000000000100, "display_clock_setting"),
-    (0x0000000000000200, "board_limit"),
-    (0x0000000000000400, "reliability"),
-)
-# Reasons that mean the GPU is held below the clocks it was asked for by hardware
-# protection or heat, as opposed to idling or honouring a configured cap.
-THROTTLE_PROBLEM_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
-
 # NVML_TOPOLOGY_* common-ancestor levels, named as `nvidia-smi topo -m` names them.
 TOPOLOGY_LEVELS = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
-NVLINK_DEVICE_TYPE_SWITCH = 2
 
 COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
-
-# PCIe transfer rate per lane (GT/s) -> generation.
-PCIE_GT_S = ((2.5, 1), (5.0, 2), (8.0, 3), (16.0, 4), (32.0, 5), (64.0, 6), (128.0, 7))
 
 NIC_KINDS = {1: "ethernet", 32: "infiniband"}
 ARPHRD_LOOPBACK = 772
 
-PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-NVIDIA_VENDOR = "0x10de"
 GPU_PCI_CLASSES = ("0x0300", "0x0302")  # VGA controller, 3D controller
 
 LIBRARIES = (("cuda_runtime", "cudart"), ("cudnn", "cudnn"), ("nccl", "nccl"))
@@ -111,234 +111,6 @@ class ReplayReader:
 
     def realpath(self, path):
         return self.realpaths.get(path)
-
-
-# --------------------------------------------------------------------------- parsers
-
-
-def parse_int(text):
-    """Integer value of a one-line sysfs attribute ("16\\n", "0x10de"), or None."""
-    if text is None:
-        return None
-    value = text.strip()
-    if not value:
-        return None
-    try:
-        return int(value, 0) if value.lower().startswith("0x") else int(value)
-    except ValueError:
-        return None
-
-
-def parse_str(text):
-    """Stripped one-line attribute, None when missing or empty."""
-    if text is None:
-        return None
-    value = text.strip()
-    return value or None
-
-
-def parse_cpulist(text):
-    """Kernel cpulist ("0-3,8-11", "0-15:2") -> sorted list of CPU numbers; None when unparsable."""
-    if text is None:
-        return None
-    value = text.strip()
-    if not value:
-        return []
-    cpus = set()
-    for chunk in value.split(","):
-        part = chunk.strip()
-        if not part:
-            continue
-        stride = 1
-        if ":" in part:
-            part, stride_text = part.split(":", 1)
-            try:
-                stride = int(stride_text.split("/", 1)[0])
-            except ValueError:
-                return None
-        bounds = part.split("-", 1)
-        try:
-            lo = int(bounds[0])
-            hi = int(bounds[1]) if len(bounds) == 2 else lo
-        except ValueError:
-            return None
-        if hi < lo or stride < 1:
-            return None
-        cpus.update(range(lo, hi + 1, stride))
-    return sorted(cpus)
-
-
-def parse_pcie_gen(text):
-    """PCIe generation from a sysfs link speed ("32.0 GT/s PCIe" -> 5), None when unknown."""
-    if text is None:
-        return None
-    match = re.search(r"(\d+(?:\.\d+)?)\s*GT/s", text)
-    if not match:
-        return None
-    rate = float(match.group(1))
-    for gt_s, gen in PCIE_GT_S:
-        if abs(rate - gt_s) < 0.01:
-            return gen
-    return None
-
-
-def parse_bracketed(text):
-    """Selected value of a sysfs choice list ("[default] performance" -> "default")."""
-    if text is None:
-        return None
-    match = re.search(r"\[([^\]]+)\]", text)
-    if match:
-        return match.group(1).strip()
-    words = text.split()
-    return words[0] if len(words) == 1 else None
-
-
-def _cmdline_params(cmdline):
-    params = {}
-    for token in (cmdline or "").split():
-        if token == "--":
-            break  # the rest belongs to init
-        key, _sep, value = token.partition("=")
-        params[key] = value
-    return params
-
-
-def parse_iommu_cmdline(cmdline):
-    """IOMMU mode requested on the kernel command line: "pt", "on", "off" or None."""
-    params = _cmdline_params(cmdline)
-    vendor = [params.get("intel_iommu", ""), params.get("amd_iommu", "")]
-    generic = params.get("iommu", "")
-    passthrough = params.get("iommu.passthrough", "").lower()
-    if "off" in generic.split(",") or any("off" in v.split(",") for v in vendor):
-        return "off"
-    if "pt" in generic.split(",") or passthrough in ("1", "y", "yes", "on", "true"):
-        return "pt"
-    if any("on" in v.split(",") for v in vendor) or "force" in generic.split(",") or passthrough in ("0", "n", "no"):
-        return "on"
-    return None
-
-
-def parse_driver_version(text):
-    """NVIDIA kernel module version from /sys/module/nvidia/version or /proc/driver/nvidia/version."""
-    if text is None:
-        return None
-    match = re.search(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)?)", text)
-    if not match:
-        match = re.search(r"^\s*(\d+\.\d+(?:\.\d+)?)\s*$", text, re.MULTILINE)
-    return match.group(1) if match else None
-
-
-def parse_cpuinfo(text):
-    """Model name and microcode revision of the first CPU in /proc/cpuinfo."""
-    out = {"model": None, "microcode": None}
-    for line in (text or "").splitlines():
-        key, sep, value = line.partition(":")
-        if not sep:
-            continue
-        key = key.strip()
-        if key == "model name" and out["model"] is None:
-            out["model"] = value.strip() or None
-        elif key == "microcode" and out["microcode"] is None:
-            out["microcode"] = value.strip() or None
-        if out["model"] is not None and out["microcode"] is not None:
-            break
-    return out
-
-
-def parse_os_release(text):
-    """id, version_id and pretty_name from os-release content."""
-    values = {}
-    for raw_line in (text or "").splitlines():
-        line = raw_line.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, value = line.split("=", 1)
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-            value = value[1:-1]
-        values[key.strip()] = value
-    return {
-        "id": values.get("ID"),
-        "version_id": values.get("VERSION_ID"),
-        "pretty_name": values.get("PRETTY_NAME"),
-    }
-
-
-def parse_node_meminfo_total_kib(text):
-    """MemTotal of a NUMA node's meminfo ("Node 0 MemTotal:  6121684 kB") in KiB."""
-    match = re.search(r"MemTotal:\s+(\d+)\s*kB", text or "")
-    return int(match.group(1)) if match else None
-
-
-def normalize_bus_id(bus_id):
-    """PCI bus id in sysfs form: lower case, 4-digit domain ("00000000:05:00.0" -> "0000:05:00.0")."""
-    if not bus_id:
-        return None
-    value = bus_id.strip().lower()
-    parts = value.split(":")
-    if len(parts) == 3:
-        domain = parts[0][-4:].rjust(4, "0")
-        value = "%s:%s:%s" % (domain, parts[1], parts[2])
-    elif len(parts) == 2:
-        value = "0000:%s:%s" % (parts[0], parts[1])
-    return value
-
-
-def pci_address_from_path(path):
-    """Last PCI address in a sysfs device path, None when the device is not on PCI."""
-    if not path:
-        return None
-    found = None
-    for part in path.split("/"):
-        if PCI_ADDRESS.match(part):
-            found = part
-    return normalize_bus_id(found) if found else None
-
-
-def format_cuda_version(value):
-    """NVML CUDA driver version integer (13000) -> "13.0"."""
-    if value is None:
-        return None
-    return "%d.%d" % (value // 1000, (value % 1000) // 10)
-
-
-def decode_clocks_event_reasons(mask):
-    """Names of the set bits of a clocks event (throttle) reason mask."""
-    if mask is None:
-        return None
-    names = []
-    known = 0
-    for bit, name in CLOCKS_EVENT_REASONS:
-        known |= bit
-        if mask & bit:
-            names.append(name)
-    unknown = mask & ~known
-    if unknown:
-        names.append("unknown_0x%x" % unknown)
-    return names
-
-
-def parse_ldconfig(text):
-    """``ldconfig -p`` lines -> [(soname, flags, path)]."""
-    entries = []
-    for line in (text or "").splitlines():
-        match = re.match(r"^\s*(\S+)\s+\(([^)]*)\)\s+=>\s+(\S+)\s*$", line)
-        if match:
-            entries.append((match.group(1), match.group(2), match.group(3)))
-    return entries
-
-
-def version_tuple(version):
-    parts = []
-    for piece in re.split(r"[.+-]", version or ""):
-        parts.append(int(piece) if piece.isdigit() else -1)
-    return tuple(parts)
-
-
-def library_version_from_filename(filename, lib):
-    """Version in a library file name ("libcudnn.so.9.19.0" -> "9.19.0"), None without one."""
-    match = re.match(r"^lib%s\.so\.(\d+(?:\.\d+)*)$" % re.escape(lib), filename or "")
-    return match.group(1) if match else None
 
 
 def _watts(milliwatts):
@@ -658,7 +430,7 @@ def _libraries(fs, raw):
                 # pip-style CUDA layouts name the file by major version only; the wheel's
                 # dist-info next to it carries the full one.
                 version = _version_from_dist_info(fs, real, key, version) or version
-            if version is not None and (best is None or version_tuple(version) > version_tuple(best[0])):
+            if version is not None and (best is None or version_order(version) > version_order(best[0])):
                 best = (version, real)
         if best is not None:
             versions[key], sources[key] = best
@@ -879,7 +651,7 @@ def _gpu_findings(gpu, multi_numa):
                 {"mode_current": ecc["mode_current"], "mode_pending": ecc["mode_pending"]},
             )
         )
-    reasons = [r for r in gpu.get("throttle_reasons") or [] if r in THROTTLE_PROBLEM_REASONS]
+    reasons = [r for r in gpu.get("throttle_reasons") or [] if r in SLOWDOWN_REASONS]
     if reasons:
         out.append(
             _finding(
@@ -987,146 +759,3 @@ def filter_findings(facts, min_severity="info"):
         raise ValueError("min_severity must be one of %s, got %r" % (", ".join(SEVERITIES), min_severity))
     floor = SEVERITIES.index(min_severity)
     return [f for f in facts.get("findings") or [] if SEVERITIES.index(f.get("severity", "info")) >= floor]
-
-
-# --------------------------------------------------------------------------- table
-
-
-def _fmt(value, suffix=""):
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    if isinstance(value, float):
-        value = ("%.1f" % value).rstrip("0").rstrip(".")
-    return "%s%s" % (value, suffix)
-
-
-def _pcie_cell(pcie):
-    def part(gen, width):
-        if gen is None and width is None:
-            return "-"
-        return "Gen%s x%s" % (_fmt(gen), _fmt(width))
-
-    return "%s / %s" % (
-        part(pcie.get("gen_current"), pcie.get("width_current")),
-        part(pcie.get("gen_max"), pcie.get("width_max")),
-    )
-
-
-def _columns(headers, rows):
-    widths = [len(h) for h in headers]
-    for row in rows:
-        for i, cell in enumerate(row):
-            widths[i] = max(widths[i], len(cell))
-    lines = ["  ".join(h.ljust(widths[i]) for i, h in enumerate(headers)).rstrip()]
-    lines.append("  ".join("-" * w for w in widths))
-    for row in rows:
-        lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
-    return lines
-
-
-def render_table(facts):
-    """Plain-text report of the facts: one row per GPU, host lines, NICs, findings."""
-    facts = facts or {}
-    lines = []
-    gpus = facts.get("gpus") or []
-    if gpus:
-        rows = []
-        for gpu in gpus:
-            power = gpu.get("power") or {}
-            rows.append(
-                [
-                    _fmt(gpu.get("index")),
-                    _fmt(gpu.get("name")),
-                    _fmt(gpu.get("pci_bus_id")),
-                    _pcie_cell(gpu.get("pcie") or {}),
-                    _fmt(gpu.get("numa_node")),
-                    _fmt(gpu.get("local_cpulist")),
-                    _fmt(power.get("limit_w"), " W"),
-                    _fmt(gpu.get("persistence_mode")),
-                    _fmt(gpu.get("temperature_c"), " C"),
-                    ",".join(gpu.get("throttle_reasons") or []) or "-",
-                ]
-            )
-        headers = [
-            "idx",
-            "name",
-            "bus id",
-            "PCIe cur / max",
-            "NUMA",
-            "local CPUs",
-            "power",
-            "persist",
-            "temp",
-            "throttle",
-        ]
-        lines.extend(_columns(headers, rows))
-    else:
-        lines.append("GPUs: none (%s)" % (facts.get("reason") or "no reason recorded"))
-    levels = (facts.get("topology") or {}).get("p2p_levels") or []
-    if len(levels) > 1:
-        # GPU-to-GPU paths, as `nvidia-smi topo -m` names them (NV18 = 18 bonded NVLinks)
-        lines.append("")
-        names = ["gpu%d" % i for i in range(len(levels))]
-        lines.extend(_columns(["p2p"] + names, [[names[i]] + [_fmt(v) for v in row] for i, row in enumerate(levels)]))
-    lines.append("")
-    host = facts.get("host") or {}
-    driver = facts.get("driver") or {}
-    libs = facts.get("libraries") or {}
-    bios = host.get("bios") or {}
-    iommu = host.get("iommu") or {}
-    agree = driver.get("agree")
-    agree_text = {True: "agree", False: "MISMATCH", None: "unknown"}[agree]
-    os_info = host.get("os") or {}
-    host_lines = [
-        ("kernel", _fmt(host.get("kernel_release"))),
-        ("os", _fmt(os_info.get("pretty_name") or os_info.get("id"))),
-        (
-            "driver",
-            "nvml %s / module %s (%s)"
-            % (_fmt(driver.get("nvml_version")), _fmt(driver.get("kernel_module_version")), agree_text),
-        ),
-        ("CUDA driver", _fmt(driver.get("cuda_driver_version"))),
-        ("CUDA runtime", _fmt(libs.get("cuda_runtime"))),
-        ("cuDNN", _fmt(libs.get("cudnn"))),
-        ("NCCL", _fmt(libs.get("nccl"))),
-        ("BIOS", "%s %s (%s)" % (_fmt(bios.get("vendor")), _fmt(bios.get("version")), _fmt(bios.get("date")))),
-        ("CPU", "%s, %s CPUs" % (_fmt(host.get("cpu_model")), _fmt(host.get("cpu_count")))),
-        ("microcode", _fmt(host.get("cpu_microcode"))),
-        ("ASPM", _fmt(host.get("aspm_policy"))),
-        ("IOMMU", "%s (%s)" % (_fmt(iommu.get("mode")), _fmt(iommu.get("source")))),
-        (
-            "NUMA",
-            "; ".join("node%s: %s" % (n.get("node"), n.get("cpulist") or "-") for n in host.get("numa_nodes") or [])
-            or "-",
-        ),
-    ]
-    width = max(len(k) for k, _v in host_lines)
-    lines.extend("%s  %s" % (key.ljust(width), value) for key, value in host_lines)
-    nics = facts.get("nics") or []
-    if nics:
-        lines.append("")
-        rows = [
-            [
-                _fmt(n.get("name")),
-                _fmt(n.get("kind")),
-                _fmt(n.get("pci_address")),
-                _fmt(n.get("numa_node")),
-                _fmt(n.get("driver")),
-                _fmt(n.get("speed_mbps"), " Mb/s"),
-                _fmt(n.get("operstate")),
-                _fmt(n.get("rdma_device")),
-            ]
-            for n in nics
-        ]
-        lines.extend(_columns(["nic", "kind", "pci", "NUMA", "driver", "speed", "state", "rdma"], rows))
-    lines.extend(_pcie.render_lines(facts, _columns))
-    lines.append("")
-    findings = facts.get("findings") or []
-    if findings:
-        lines.append("findings:")
-        lines.extend("  [%s] %s: %s" % (f.get("severity"), f.get("subject"), f.get("message")) for f in findings)
-    else:
-        lines.append("findings: none")
-    return "\n".join(lines) + "\n"

@@ -15,21 +15,14 @@ import json
 import math
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import summarize
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.program import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.constants import SLOWDOWN_REASONS
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import (
     CPU_WORKLOADS,
     DEFAULT_SIZE,
     GPU_WORKLOADS,
-    parse_cpu_list,
 )
 
 WORKLOAD_CHOICES = ("auto",) + GPU_WORKLOADS + CPU_WORKLOADS + ("command",)
-
-# Throttle reasons that make a block void: the GPU was slowed by hardware, heat or the
-# power brake, so the block measures the cooling or the PSU, not the software stack.
-# Idle, application-clock, sync-boost, display and software power-cap reasons do not void
-# (a GPU under full load sits at its power cap by design, and the power limit is itself
-# a setting being tuned).
-VOID_REASONS = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
 
 # work unit of one step -> (throughput unit, divisor applied to work per second)
 THROUGHPUT_UNITS = {
@@ -198,7 +191,7 @@ def decide_void(conditions):
     """(void, reason): void when a hardware, thermal or power-brake reason was seen on any GPU."""
     problems = []
     for index, names in sorted(throttle_reasons_seen(conditions).items()):
-        bad = [name for name in names if name in VOID_REASONS]
+        bad = [name for name in names if name in SLOWDOWN_REASONS]
         if bad:
             problems.append("GPU %s: %s" % (index, ", ".join(bad)))
     if not problems:
@@ -245,3 +238,28 @@ def tail(text, lines=20, chars=4000):
     """The last lines of a process's output, for error messages."""
     text = (text or "").rstrip()
     return "\n".join(text.splitlines()[-lines:])[-chars:]
+
+
+def parse_cpu_list(text):
+    """Parse a CPU list such as ``0-7,16,18-19`` into a sorted list of CPU numbers."""
+    cpus = set()
+    text = str(text).strip()
+    if not text:
+        raise ValueError("empty CPU list")
+    for raw in text.split(","):
+        part = raw.strip()
+        if not part:
+            raise ValueError("empty element in CPU list %r" % text)
+        if "-" in part:
+            lo, _sep, hi = part.partition("-")
+            if not (lo.strip().isdigit() and hi.strip().isdigit()):
+                raise ValueError("bad range %r in CPU list %r" % (part, text))
+            lo, hi = int(lo), int(hi)
+            if lo > hi:
+                raise ValueError("range %r in CPU list %r runs backwards" % (part, text))
+            cpus.update(range(lo, hi + 1))
+        elif part.isdigit():
+            cpus.add(int(part))
+        else:
+            raise ValueError("bad element %r in CPU list %r" % (part, text))
+    return sorted(cpus)

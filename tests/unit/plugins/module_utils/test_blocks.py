@@ -16,7 +16,7 @@ import random
 import pytest
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate import blocks as _blocks
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import program as _workloads
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import base as _workloads
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.blocks import (
     GateSettingError,
     Trial,
