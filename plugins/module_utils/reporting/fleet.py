@@ -21,7 +21,7 @@ __metaclass__ = type
 import json
 import math
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.acceptance.levels import FLEET_METRICS
+from ansible_collections.stacktune.gpu.plugins.module_utils.acceptance.record import FLEET_METRICS
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import median
 
 SCHEMA_VERSION = 1
