@@ -77,7 +77,8 @@ from statistics import NormalDist
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "collections"))
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate.blocks import Trial, check_settings  # noqa: E402
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import check_settings  # noqa: E402
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import Trial  # noqa: E402
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.steps import judge  # noqa: E402
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import quantile  # noqa: E402
 

@@ -21,14 +21,9 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.six import string_types
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate.blocks import (
-    GateSettingError,
-    Trial,
-    WorkloadBroken,
-    calibrate,
-    check_settings,
-    resolve_workloads,
-)
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.calibration import calibrate
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import GateSettingError, check_settings
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import Trial, WorkloadBroken, resolve_workloads
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.steps import POLICIES
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._controller import command
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._interrupt import Guard, Interrupted, write_record

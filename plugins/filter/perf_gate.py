@@ -10,7 +10,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate.blocks import GateSettingError, check_settings
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import GateSettingError, check_settings
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.steps import judge
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._plain import plain
 

@@ -15,18 +15,16 @@ import random
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate import blocks as _blocks
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate import calibration as _blocks
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import base as _workloads
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate.blocks import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.blocks import arm_effect, judge_blocks
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import (
     GateSettingError,
-    Trial,
-    arm_effect,
     check_settings,
-    judge_blocks,
     planned_looks,
-    resolve_workloads,
-    t_ppf,
 )
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import t_ppf
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import Trial, resolve_workloads
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.steps import judge
 
 SETTINGS = check_settings({})
