@@ -14,19 +14,13 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
-import re
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.cpulist import canonical_cpulist
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops import read_text
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine import writers as _writers
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Kind, SpecError, exists, setting
-from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.sysfs import (
-    render_tmpfiles,
-    tmpfiles_boot_value,
-    tmpfiles_value,
-)
-
-_PCI = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.sysfs import TmpfilesUnit
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.constants import PCI_ADDRESS
 
 
 def device_irqs(ctx, address):
@@ -41,7 +35,7 @@ def device_irqs(ctx, address):
     return [int(legacy)] if legacy.isdigit() and int(legacy) > 0 else []
 
 
-class IrqAffinityKind(Kind):
+class IrqAffinityKind(TmpfilesUnit, Kind):
     name = "irq_affinity"
 
     def expand(self, spec, ctx):
@@ -57,7 +51,7 @@ class IrqAffinityKind(Kind):
         device = spec.get("device")
         if device:
             device = str(device).lower()
-            if not _PCI.match(device):
+            if not PCI_ADDRESS.match(device):
                 raise SpecError("irq_affinity device %r is not a PCI address like 0000:3b:00.0" % device)
             if not exists(ctx, "/sys/bus/pci/devices/%s" % device):
                 raise SpecError("irq_affinity device %s is not present on this host" % device)
@@ -85,18 +79,6 @@ class IrqAffinityKind(Kind):
         if a is None or b is None:
             return a is b
         return canonical_cpulist(a) == canonical_cpulist(b)
-
-    def unit(self, s, ctx):
-        return {"type": "dropin", "path": "/etc/tmpfiles.d/stacktune-%s.conf" % ctx.layer, "kind": "tmpfiles"}
-
-    def render(self, settings, layer):
-        return render_tmpfiles(settings, layer)
-
-    def persisted(self, s, unit_text):
-        return tmpfiles_value(unit_text, s["path"])
-
-    def boot_value(self, s, ctx, pending=None):
-        return tmpfiles_boot_value(ctx, s["path"], pending)
 
     def other_writers(self, settings, ctx):
         note = _writers.irqbalance(ctx, [s["key"] for s in settings])

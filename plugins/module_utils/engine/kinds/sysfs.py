@@ -130,7 +130,25 @@ def expand_paths(ctx, pattern):
     return sorted(found, key=natural_key)
 
 
-class SysfsKind(Kind):
+class TmpfilesUnit:
+    """Persistence as systemd-tmpfiles ``w`` lines in the layer's drop-in (:data:`TMPFILES`):
+    the unit, render, persisted and boot_value of every kind whose setting carries the host
+    ``path`` it writes (sysfs attributes, IRQ affinities)."""
+
+    def unit(self, s, ctx):
+        return {"type": "dropin", "path": TMPFILES % ctx.layer, "kind": "tmpfiles"}
+
+    def render(self, settings, layer):
+        return render_tmpfiles(settings, layer)
+
+    def persisted(self, s, unit_text):
+        return tmpfiles_value(unit_text, s["path"])
+
+    def boot_value(self, s, ctx, pending=None):
+        return tmpfiles_boot_value(ctx, s["path"], pending)
+
+
+class SysfsKind(TmpfilesUnit, Kind):
     name = "sysfs"
 
     def expand(self, spec, ctx):
@@ -183,18 +201,6 @@ class SysfsKind(Kind):
 
     def write_rank(self, s):
         return write_rank(s["path"])
-
-    def unit(self, s, ctx):
-        return {"type": "dropin", "path": TMPFILES % ctx.layer, "kind": "tmpfiles"}
-
-    def render(self, settings, layer):
-        return render_tmpfiles(settings, layer)
-
-    def persisted(self, s, unit_text):
-        return tmpfiles_value(unit_text, s["path"])
-
-    def boot_value(self, s, ctx, pending=None):
-        return tmpfiles_boot_value(ctx, s["path"], pending)
 
     def other_writers(self, settings, ctx):
         if any(s["path"].startswith(CPU_IO_PREFIXES) or "/queue/" in s["path"] for s in settings):
