@@ -56,6 +56,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.gate.verdicts import
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import mean, quantile
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import (
+    DEFAULTS,
     DIMENSIONS,
     MIN_BLOCKS_PER_ARM,
     WORSE_RULES,
@@ -292,12 +293,12 @@ def judge_blocks(
     before,
     after,
     policy="improve",
-    tail_quantile=0.99,
-    tail_tolerance=0.05,
-    min_gain=0.02,
-    confidence=0.95,
-    stall_factor=3.0,
-    stall_tolerance=0.005,
+    tail_quantile=DEFAULTS["tail_quantile"],
+    tail_tolerance=DEFAULTS["tail_tolerance"],
+    min_gain=DEFAULTS["min_gain"],
+    confidence=DEFAULTS["confidence"],
+    stall_factor=DEFAULTS["stall_factor"],
+    stall_tolerance=DEFAULTS["stall_tolerance"],
     final=False,
     looks=1,
     worse_rule="significance",

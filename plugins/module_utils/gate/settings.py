@@ -33,6 +33,8 @@ SETTINGS = {
     "stall_factor": (3.0, 1.0, 100.0, True, False, "a step this many times the median is a stall"),
     "stall_tolerance": (0.005, 0.0, 1.0, False, True, "rise of the share of stalled steps tolerated"),
 }
+# The default of every setting, as the signatures of the gate's entry points take it.
+DEFAULTS = {name: spec[0] for name, spec in SETTINGS.items()}
 BUDGET = {
     "min_blocks": (4, 2, 50, "blocks per arm before the first look"),
     "max_blocks": (8, 2, 200, "blocks per arm at most"),

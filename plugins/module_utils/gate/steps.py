@@ -58,6 +58,7 @@ import struct
 from statistics import NormalDist
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate import blocks as _blocks
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import DEFAULTS
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import mean, quantile, stdev
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.verdicts import (
     POLICIES,
@@ -418,15 +419,15 @@ def judge(
     before,
     after,
     policy="improve",
-    tail_quantile=0.99,
-    tail_tolerance=0.05,
-    min_gain=0.02,
-    confidence=0.95,
+    tail_quantile=DEFAULTS["tail_quantile"],
+    tail_tolerance=DEFAULTS["tail_tolerance"],
+    min_gain=DEFAULTS["min_gain"],
+    confidence=DEFAULTS["confidence"],
     final=False,
     seed=None,
     resamples=DEFAULT_RESAMPLES,
-    stall_factor=3.0,
-    stall_tolerance=0.005,
+    stall_factor=DEFAULTS["stall_factor"],
+    stall_tolerance=DEFAULTS["stall_tolerance"],
     looks=1,
 ):
     """Decide ``keep``, ``rollback`` or ``inconclusive`` for one before/after pair.
