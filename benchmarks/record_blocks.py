@@ -5,7 +5,7 @@
 """Record blocks of a built-in workload as a JSON fixture: the gate's real noise, replayed in tests.
 
 A block is one process run of the workload program of ``stacktune.gpu.bench`` (the same
-file, ``plugins/module_utils/_workloads.py``, run the same way), so what the gate sees on a
+program, assembled from ``plugins/module_utils/workloads/`` and run the same way), so what the gate sees on a
 host - start-up, clocks, allocator and NCCL set-up differing from run to run - is in the
 recording. Arms are environments: ``--arm base`` (nothing added) and, for example,
 ``--arm 'nch4:NCCL_MAX_NCHANNELS=4'``. Blocks of the arms are interleaved round by round
@@ -26,10 +26,24 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-PROGRAM = os.path.join(REPO, "plugins", "module_utils", "_workloads.py")
+sys.path.insert(0, os.path.join(REPO, "collections"))
+
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.source import program_source  # noqa: E402
+
+
+def _program():
+    """The workload program as the bench module writes it for the host, in a private file."""
+    path = os.path.join(tempfile.mkdtemp(prefix="stacktune-record-"), "stacktune_workload.py")
+    with open(path, "w") as handle:
+        handle.write(program_source())
+    return path
+
+
+PROGRAM = _program()
 
 
 def parse_arm(text):

@@ -5,7 +5,7 @@
 """Action plugin ``stacktune.gpu.check_vars``: check a role's variables against its argument spec.
 
 Runs on the controller and touches no host. Documentation is in
-``plugins/modules/check_vars.py``; the rules are in ``module_utils/_varspec.py``.
+``plugins/modules/check_vars.py``; the rules are in ``module_utils/policy/varspec.py``.
 """
 
 from __future__ import absolute_import, division, print_function

@@ -4,7 +4,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Action plugin ``stacktune.gpu.gate_layer``: measure one layer in balanced blocks and keep or restore it.
 
-The loop is logic, so it lives here and in ``module_utils/_blocks.py`` (``Trial``), not in
+The loop is logic, so it lives here and in ``module_utils/gate/trial.py`` (``Trial``), not in
 YAML: it drives the ``bench`` module for every block and the ``host_settings`` module for
 every toggle on the host, and the gate decides from the blocks. Documentation is in
 ``plugins/modules/gate_layer.py``.

@@ -5,7 +5,7 @@
 """Record every input of the GPU topology facts on this machine into a JSON file.
 
 The file is the ``raw`` dict that ``stacktune.gpu.gpu_topology_facts`` returns with
-``include_raw: true``; ``_topology.assemble(raw)`` replays it to the same facts offline,
+``include_raw: true``; ``topology.assemble(raw)`` replays it to the same facts offline,
 which is how tests/unit/fixtures/topology/*.json are made. Needs only the standard
 library and, for GPU facts, pynvml (nvidia-ml-py). Run from the repository root:
 

@@ -5,7 +5,7 @@
 """Where a block's start-up goes in a child forked from a warm parent, per parent preload.
 
 GPU host probe (needs PyTorch with CUDA): the parent imports torch (variant A) or torch and
-the modules of ``_workloads.RUNNER_PRELOAD`` (variant B), then forks three children per
+the modules of ``workloads/program.py RUNNER_PRELOAD`` (variant B), then forks three children per
 workload, as the block runner does; each child runs one block of the real workload program
 and prints the seconds to a ready CUDA context, of set-up (model, optimiser, buffers), of the
 first step, of the rest of the warm-up and of the measured steps.

@@ -1,4 +1,4 @@
-"""The gate's settings have one home (plugins/module_utils/_blocks.py: SETTINGS, BUDGET and the
+"""The gate's settings have one home (plugins/module_utils/gate/settings.py: SETTINGS, BUDGET and the
 workload names): the stacktune role's defaults and argument spec must say the same."""
 
 import os

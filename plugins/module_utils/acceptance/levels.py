@@ -23,7 +23,7 @@ model), a wrong or missing collective result, a missing round, or an error rejec
 node. Nothing is averaged away. Bandwidths are judged as fractions of what the link or
 memory can carry (:func:`pcie_limit_gbps`, :func:`nvlink_limit_gbps`,
 :func:`memory_limit_gbps`) against configurable thresholds; memory and link health and
-clocks under load by the rules in :mod:`_health`. The verdict is pass, warn or reject.
+clocks under load by the rules in :mod:`hardware/health.py`. The verdict is pass, warn or reject.
 """
 
 from __future__ import absolute_import, division, print_function

@@ -31,7 +31,7 @@ resolved, or at the budget. The error rate stays valid under that optional stopp
 alpha spending: each of the K planned looks uses 1 - (1 - confidence) / K (Bonferroni over
 the looks), so the chance of a wrong call over the whole sequence is at most 1 - confidence.
 
-Verdicts per dimension follow the same bands as the step-level gate (``_gate``): ``worse``
+Verdicts per dimension follow the same bands as the step-level gate (``gate/steps.py``): ``worse``
 when the whole interval lies beyond the tolerance, ``better`` when it excludes no change and
 the estimate reaches the band, ``same`` when it rules out a worsening beyond the band, else
 ``unknown``, reported with the smallest change the blocks could have seen (the interval's

@@ -6,7 +6,7 @@
 
 This module judges one pair of runs from flat step lists, as if every step were an
 independent draw. On real hosts one process run (a block) differs from the next far more
-than its steps do; ``tune.yml`` therefore judges blocks with ``_blocks.judge_blocks``, and
+than its steps do; ``tune.yml`` therefore judges blocks with ``blocks.judge_blocks``, and
 ``judge`` hands block input (lists of lists of step ms) to it.
 
 Stdlib only, so the same code decides on the controller (filter ``perf_gate``) and on a
@@ -23,7 +23,7 @@ confidence interval (CI), never on point estimates alone:
   sides. Spikes that hit 1.5% of the steps move p99.5 far more surely than p99, so the
   ladder gives the tail test its power without a looser tolerance.
 
-Quantiles are type 7 (see ``_stats``). Each side's quantile gets a distribution-free CI
+Quantiles are type 7 (see ``gate/stats.py``). Each side's quantile gets a distribution-free CI
 from order statistics (binomial ranks); the ratio after/before gets a percentile
 bootstrap CI over both samples. The bootstrap draws the resampled order statistics
 directly (the k-th smallest of n uniforms is Beta(k, n - k + 1)), which is the exact
@@ -436,7 +436,7 @@ def judge(
     ``{"samples_ms": [...], "throughput": items_per_s}``, judged step by step as below; or
     blocks (one per process run): a list of lists of step ms, or a dict ``{"blocks": [...],
     "throughput": [per block], "at": [positions]}``, judged over blocks by
-    ``_blocks.judge_blocks`` (``stall_factor``, ``stall_tolerance`` and ``looks`` apply there
+    ``blocks.judge_blocks`` (``stall_factor``, ``stall_tolerance`` and ``looks`` apply there
     only). See docs/gate.md for the rules. Raises ValueError naming the offending argument.
     """
 

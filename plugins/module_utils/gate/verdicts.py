@@ -5,7 +5,7 @@
 """What both of the gate's judges share: the policies, the verdict of a ratio against its
 tolerance, the range check of a setting and the rounding and wording of numbers.
 
-The block gate (``_blocks``) and the step-level judge (``_gate``) import these; neither
+The block gate (``gate/blocks.py``) and the step-level judge (``gate/steps.py``) import these; neither
 imports the other's private names.
 """
 

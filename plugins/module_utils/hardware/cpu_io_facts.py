@@ -13,7 +13,7 @@ the disk it lies on and the disks under it (device-mapper and md members), with 
 disk's queue settings. A filesystem without a block device (overlay, tmpfs, nfs) has
 ``disk: null``.
 
-``fs`` is a ``_hostprobe.FileReader`` or ``_topology.ReplayReader``: nothing here touches
+``fs`` is a ``hostprobe.FileReader`` or ``topology.ReplayReader``: nothing here touches
 the host, so a recording replays to the same facts.
 """
 

@@ -14,7 +14,7 @@ Three kinds of input feed the facts:
   fabric manager's unit state and version; :func:`collect_commands`).
 
 :func:`capture` runs all three against the live host and returns the raw dict
-``{"files", "nvml", "commands", ...}``. ``_topology.assemble(raw)`` turns a raw dict into
+``{"files", "nvml", "commands", ...}``. ``topology.assemble(raw)`` turns a raw dict into
 the facts without touching the host, so a raw dict recorded on one machine replays to the
 identical facts anywhere (unit tests, bug reports).
 """
@@ -506,7 +506,7 @@ def utc_now():
 def capture(nics=True, libraries=True, run=None, nvml=None, root="/", collected_at=None):
     """Record every input of the facts on the live host and return the raw dict.
 
-    ``_topology.assemble(raw)`` gives the facts; it reads nothing but ``raw``.
+    ``topology.assemble(raw)`` gives the facts; it reads nothing but ``raw``.
     """
     reader = FileReader(root=root, record=True)
     nvml_raw = collect_nvml(nvml, fabric=True)

@@ -5,7 +5,7 @@
 """PCIe paths between GPUs and NICs, ACS, GPUDirect RDMA readiness and the NVSwitch fabric.
 
 Pure functions over a file reader (``read``, ``read_bytes``, ``listdir``, ``realpath``,
-as ``_hostprobe.FileReader`` and ``_topology.ReplayReader`` offer them) and over values
+as ``hostprobe.FileReader`` and ``topology.ReplayReader`` offer them) and over values
 already in the facts; nothing here touches the host on its own.
 
 Path classes are named as ``nvidia-smi topo -m`` names them:

@@ -602,7 +602,7 @@ def _check_other_writers(run, writers):
 def run_preflight(facts, policy=None, kernel_log=None, other_writers=None):
     """Run every preflight check over the facts. ``policy`` is validated first (ValueError
     names the variable). ``kernel_log``: None (not read) or a dict with source, text,
-    error, tried. ``other_writers``: None (not looked for) or ``_writers.host_writers()``."""
+    error, tried. ``other_writers``: None (not looked for) or ``writers.host_writers()``."""
     if not isinstance(facts, dict):
         raise ValueError("facts must be the ansible_facts.stacktune mapping")
     policy = validate_policy(policy)

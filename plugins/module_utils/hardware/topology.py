@@ -7,7 +7,7 @@
 Nothing here touches the host. :func:`build_facts` walks sysfs/procfs through a reader
 object (``read``, ``read_bytes``, ``listdir``, ``readlink``, ``realpath``) and combines what it reads with
 the raw NVML values and command outputs of a raw dict. The live reader
-(``_hostprobe.FileReader``) records every answer; :class:`ReplayReader` answers from such
+(``hostprobe.FileReader``) records every answer; :class:`ReplayReader` answers from such
 a recording, so ``assemble(raw)`` rebuilds the same facts offline.
 """
 
@@ -78,7 +78,7 @@ CPUINFO_MAX_BYTES = 16 * 1024
 class ReplayReader:
     """Answer ``read``/``read_bytes``/``listdir``/``readlink``/``realpath`` from a recording.
 
-    The recording is the ``recording`` of a ``_hostprobe.FileReader``: ``{"files": {path:
+    The recording is the ``recording`` of a ``hostprobe.FileReader``: ``{"files": {path:
     text|None}, "dirs": {path: [names]|None}, "links": {...}, "realpaths": {...}}``, and
     ``"bytes": {path: hex|None}`` for binary reads. A path that was never recorded reads
     as missing (None).

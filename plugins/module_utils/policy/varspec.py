@@ -43,7 +43,7 @@ RULES = {
     "*_journal_dir": {"absolute": True, "follows": "stacktune_journal_dir"},
     # empty writes no acceptance record
     "acceptance_journal_dir": {"absolute": True, "empty_ok": True, "follows": "stacktune_journal_dir"},
-    # node_exporter's textfile directory, or auto (found on the host: _node_exporter.py); the
+    # node_exporter's textfile directory, or auto (found on the host: reporting/node_exporter.py); the
     # roles' metrics_dir and acceptance_metrics_dir follow stacktune_metrics_dir
     "metrics_dir": {"absolute": True, "words_ok": ("auto",), "follows": "stacktune_metrics_dir"},
     "acceptance_metrics_dir": {"absolute": True, "words_ok": ("auto",), "follows": "stacktune_metrics_dir"},

@@ -4,7 +4,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Fleet version report: what each host runs, the most common value per field, and the outliers.
 
-Input is the facts of many hosts as :mod:`_topology` builds them (``ansible_facts['stacktune']``),
+Input is the facts of many hosts as :mod:`hardware/topology.py` builds them (``ansible_facts['stacktune']``),
 optionally with each host's installed driver package versions (the driver role's result).
 Per inventory group, and for all hosts together, every field (kernel, driver package /
 module / NVML, CUDA, cuDNN, NCCL, BIOS, CPU microcode, GPU VBIOS, GPU count, PCIe state ...)

@@ -22,7 +22,7 @@ import re
 # The file's name in node_exporter's textfile directory (stacktune_metrics_dir).
 FILE_NAME = "stacktune.prom"
 
-# Journal states of a layer (see _journal.py); exposed as a state set, 1 for the current one.
+# Journal states of a layer (see engine/journal.py); exposed as a state set, 1 for the current one.
 LAYER_STATES = ("new", "applying", "applied", "kept", "rolled_back", "restored")
 DECISIONS = ("keep", "rollback", "inconclusive")
 

@@ -55,7 +55,7 @@ DEFAULT_SIZE = {
 }
 
 
-# Measured steps per block when none are given. Longer blocks where ``_blocks.steps_for_noise``
+# Measured steps per block when none are given. Longer blocks where ``calibration.steps_for_noise``
 # found that blocks recorded on H200 hosts (tests/unit/fixtures/blocks) hardly differ from each
 # other, with the start-up a block cost there through the block runner: three times the
 # start-up's worth of steps for GEMM and all-reduce. Where it asked for shorter blocks

@@ -57,7 +57,7 @@ def command_runner(module):
 class Context(object):
     """What a kind needs to know about the run: root, layer, command runner, NVML session.
 
-    ``nvml`` is an NVML session (``_kind_nvml.NvmlSession``); the nvml kind creates one on
+    ``nvml`` is an NVML session (``nvml.NvmlSession``); the nvml kind creates one on
     first use when none is given, so this module imports no kind.
     """
 

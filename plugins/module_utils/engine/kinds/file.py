@@ -15,7 +15,7 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.engine import bootlimits as _bootlimits
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine import bootlimits
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops import env_file_value
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import (
     Kind,
@@ -120,8 +120,8 @@ class FileKind(Kind):
     def boot_value(self, s, ctx, pending=None):
         # a limits.d file competes with limits.conf and the other limits.d files at each login
         directory = s["key"].rsplit("/", 1)[0]
-        if directory in _bootlimits.LIMITS_DIRS and s["key"].endswith(".conf"):
-            return _bootlimits.boot_value(ctx, s["key"], s["value"], pending)
+        if directory in bootlimits.LIMITS_DIRS and s["key"].endswith(".conf"):
+            return bootlimits.boot_value(ctx, s["key"], s["value"], pending)
         return None
 
 

@@ -17,7 +17,7 @@ import os
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.cpulist import canonical_cpulist
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops import read_text
-from ansible_collections.stacktune.gpu.plugins.module_utils.engine import writers as _writers
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine import writers
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Kind, SpecError, exists, setting
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.sysfs import TmpfilesUnit
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.constants import PCI_ADDRESS
@@ -81,9 +81,9 @@ class IrqAffinityKind(TmpfilesUnit, Kind):
         return canonical_cpulist(a) == canonical_cpulist(b)
 
     def other_writers(self, settings, ctx):
-        note = _writers.irqbalance(ctx, [s["key"] for s in settings])
+        note = writers.irqbalance(ctx, [s["key"] for s in settings])
         if not note:
             return []
         # the IRQs it is banned from are not its to move
-        free = set(_writers.unbanned_irqs(ctx, [s["key"] for s in settings]))
+        free = set(writers.unbanned_irqs(ctx, [s["key"] for s in settings]))
         return [{"tool": "irqbalance", "message": note, "ids": [s["id"] for s in settings if s["key"] in free]}]

@@ -17,7 +17,7 @@ __metaclass__ = type
 
 import os
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.engine import writers as _writers
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine import writers
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import (
     Kind,
     SpecError,
@@ -81,7 +81,7 @@ class NvmlKind(Kind):
 
     def other_writers(self, settings, ctx):
         ids = [s["id"] for s in settings if s.get("field") == "persistence_mode"]
-        note = _writers.persistenced(ctx) if ids else None
+        note = writers.persistenced(ctx) if ids else None
         return [{"tool": "nvidia-persistenced", "message": note, "ids": ids}] if note else []
 
     def expand(self, spec, ctx):

@@ -20,7 +20,7 @@ __metaclass__ = type
 import os
 import re
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.engine import writers as _writers
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine import writers
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.dropins import ordered_files
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops import read_text
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import (
@@ -144,7 +144,7 @@ class SysctlKind(Kind):
         return found
 
     def other_writers(self, settings, ctx):
-        note = _writers.tuned(ctx)
+        note = writers.tuned(ctx)
         return [{"tool": "tuned", "message": note, "ids": [s["id"] for s in settings]}] if note else []
 
     def boot_value(self, s, ctx, pending=None):

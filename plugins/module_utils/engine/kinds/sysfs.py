@@ -32,7 +32,7 @@ import os
 import re
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.dropins import ordered_files
-from ansible_collections.stacktune.gpu.plugins.module_utils.engine import writers as _writers
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine import writers
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops import read_text
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import (
     HEADER,
@@ -204,5 +204,5 @@ class SysfsKind(TmpfilesUnit, Kind):
 
     def other_writers(self, settings, ctx):
         if any(s["path"].startswith(CPU_IO_PREFIXES) or "/queue/" in s["path"] for s in settings):
-            return _writers.cpu_io_writers(ctx)
+            return writers.cpu_io_writers(ctx)
         return []

@@ -2,7 +2,7 @@
 # Copyright: stacktune contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Tests of the bench logic (_bench) and of the workload program (_workloads).
+"""Tests of the bench logic (workloads/bench.py) and of the workload program (workloads/).
 
 The CPU workloads are run for real, as the separate program the module runs, under the
 system's bare python3 when there is one (no third-party packages), so the stdlib-only

@@ -1,4 +1,4 @@
-"""NCCL transport check (module_utils/_nccl_transport.py): parsing NCCL's INFO log and the verdict.
+"""NCCL transport check (module_utils/hardware/nccl_transport.py): parsing NCCL's INFO log and the verdict.
 
 The CONSTRUCTED logs below follow the line formats of NCCL 2.2x; the logs recorded on the
 real H200 hosts are replayed by test_recorded_logs (tests/unit/fixtures/nccl/).

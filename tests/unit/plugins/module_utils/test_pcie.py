@@ -2,7 +2,7 @@
 # Copyright: stacktune contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""PCIe paths, ACS, GPUDirect RDMA verdicts and the NVSwitch fabric (_pcie), through the facts builder.
+"""PCIe paths, ACS, GPUDirect RDMA verdicts and the NVSwitch fabric (hardware/pcie.py), through the facts builder.
 
 Fixtures:
 - tests/unit/fixtures/pcie/two_socket_switches_constructed.json: CONSTRUCTED by hand, not

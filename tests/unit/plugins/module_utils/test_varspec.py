@@ -1,4 +1,4 @@
-"""Strict variable checks against argument specs (module_utils/_varspec.py)."""
+"""Strict variable checks against argument specs (module_utils/policy/varspec.py)."""
 
 import os
 

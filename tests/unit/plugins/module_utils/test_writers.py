@@ -1,4 +1,4 @@
-"""Other writers of what stacktune manages (module_utils/_writers.py) on a constructed host tree."""
+"""Other writers of what stacktune manages (module_utils/engine/writers.py) on a constructed host tree."""
 
 import os
 
