@@ -32,18 +32,9 @@ import time
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(REPO, "collections"))
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.source import program_source  # noqa: E402
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.source import write_program  # noqa: E402
 
-
-def _program():
-    """The workload program as the bench module writes it for the host, in a private file."""
-    path = os.path.join(tempfile.mkdtemp(prefix="stacktune-record-"), "stacktune_workload.py")
-    with open(path, "w") as handle:
-        handle.write(program_source())
-    return path
-
-
-PROGRAM = _program()
+PROGRAM = write_program(tempfile.mkdtemp(prefix="stacktune-record-"))
 
 
 def parse_arm(text):

@@ -193,3 +193,10 @@ def test_part_text_leaves_out_what_only_the_collection_needs():
         "import os\n\nfrom ansible_collections.x.y import z  # a part before\n\n\n# kept\nVALUE = z(os.sep)\n"
     )
     assert source.part_text(text) == "import os\n\n\n\n# kept\nVALUE = z(os.sep)\n"
+
+
+def test_write_program_writes_the_assembled_program(tmp_path):
+    path = source.write_program(str(tmp_path))
+    assert path == str(tmp_path / "stacktune_workload.py")
+    with open(path) as handle:
+        assert handle.read() == source.program_source()

@@ -257,12 +257,12 @@ def nvml_handle(nv, uuid, bus):
     if nv is None:
         return None
     want = (uuid or "").lower().replace("gpu-", "")
-    count, _ = _nv(nv.nvmlDeviceGetCount)
+    count, _error = _nv(nv.nvmlDeviceGetCount)
     for i in range(count or 0):
         h, err = _nv(nv.nvmlDeviceGetHandleByIndex, i)
         if err:
             continue
-        u, _ = _nv(nv.nvmlDeviceGetUUID, h)
+        u, _error = _nv(nv.nvmlDeviceGetUUID, h)
         if want and u and _s(u).lower().replace("gpu-", "") == want:
             return h
     if bus:
@@ -292,7 +292,7 @@ def device_info(torch, nv, g):
     h = nvml_handle(nv, uuid, bus)
     if h is not None:
         info["nvml"] = True
-        pci, _ = _nv(nv.nvmlDeviceGetPciInfo, h)
+        pci, _error = _nv(nv.nvmlDeviceGetPciInfo, h)
         if pci is not None:
             info["pci_bus_id"] = _norm_bus(pci.busId)
         for key, name in (
@@ -318,7 +318,7 @@ def device_info(torch, nv, g):
             entry = {"link": link, "active": bool(state)}
             if state:
                 entry["version"] = _nv(nv.nvmlDeviceGetNvLinkVersion, h, link)[0]
-                rp, _ = _nv(nv.nvmlDeviceGetNvLinkRemotePciInfo, h, link)
+                rp, _error = _nv(nv.nvmlDeviceGetNvLinkRemotePciInfo, h, link)
                 entry["remote_pci_bus_id"] = _norm_bus(rp.busId) if rp is not None else None
                 entry["remote_type"] = _nv(getattr(nv, "nvmlDeviceGetNvLinkRemoteDeviceType", None), h, link)[0]
             links.append(entry)
@@ -400,7 +400,7 @@ def _event_times(torch, dev, fn, iters):
     with torch.cuda.device(dev):
         fn()
         torch.cuda.synchronize(dev)
-        for _ in range(iters):
+        for _repeat in range(iters):
             s = torch.cuda.Event(enable_timing=True)
             e = torch.cuda.Event(enable_timing=True)
             s.record()
@@ -492,9 +492,9 @@ def peer_copy(torch, a, b, cfg):
         dst.copy_(src)
         sync()
         times = []
-        for _ in range(cfg["copy_iterations"]):
+        for _repeat in range(cfg["copy_iterations"]):
             t0 = time.perf_counter()
-            for _ in range(reps):
+            for _copy in range(reps):
                 dst.copy_(src, non_blocking=True)
             sync()
             times.append((time.perf_counter() - t0) / reps)
@@ -504,7 +504,7 @@ def peer_copy(torch, a, b, cfg):
         small_dst.copy_(small_src)
         sync()
         lat = []
-        for _ in range(cfg["latency_iterations"]):
+        for _repeat in range(cfg["latency_iterations"]):
             t0 = time.perf_counter()
             small_dst.copy_(small_src)
             sync()
@@ -631,7 +631,7 @@ def burn_in_worker(rank, gpus, cfg, tmpdir, nvml_ids=None):
         bs = res["batch_size"]
         while time.perf_counter() < deadline:
             start.record()
-            for _ in range(bs):
+            for _repeat in range(bs):
                 torch.matmul(a, b, out=c)
             end.record()
             end.synchronize()
@@ -785,4 +785,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -17,6 +17,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import ast
+import os
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import constants
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import base, cpu, gpu, program
@@ -67,3 +68,12 @@ def program_source(parts=PARTS):
     )
     texts = [HEADER % names] + [part_text(module_source(part)) for part in parts]
     return "\n\n".join(texts)
+
+
+def write_program(folder, name="stacktune_workload.py"):
+    """Write the workload program into ``folder`` as ``name`` and return its path (for running
+    it by hand or from a benchmark, as the bench module does from its private folder)."""
+    path = os.path.join(folder, name)
+    with open(path, "w") as handle:
+        handle.write(program_source())
+    return path

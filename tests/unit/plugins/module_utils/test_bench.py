@@ -24,20 +24,11 @@ import pytest
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import bench as _bench
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import constants
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import base as workloads_base
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.source import program_source
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.source import write_program
 
 BARE_PYTHON = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
-
-
-def _assembled_program():
-    """The workload program as the bench module ships it, written once for these tests."""
-    path = os.path.join(tempfile.mkdtemp(prefix="stacktune-test-program-"), "stacktune_workload.py")
-    with open(path, "w") as handle:
-        handle.write(program_source())
-    return path
-
-
-PROGRAM = _assembled_program()
+# the workload program as the bench module ships it, written once for these tests
+PROGRAM = write_program(tempfile.mkdtemp(prefix="stacktune-test-program-"))
 
 
 def base_params(**over):
