@@ -204,6 +204,7 @@ print("lock:", json.load(open("/var/lib/stacktune/run.lock"))["holder"])'
       # tests/unit/fixtures/blocks/h200x1_*.json
       mkdir -p "$RUN_DIR/blocks"
       for spec in "train_step 10 400" "dataloader 8 400" "h2d_pinned 10 400" "gemm 10 1800 4096"; do
+        # shellcheck disable=SC2086 # the spec is split into its words on purpose
         set -- $spec
         run env PYTHONPATH="collections:${PYTHONPATH:-}" "$py" benchmarks/record_blocks.py --runner \
           --python "${TORCH_PYTHON:-python3}" --workload "$1" --blocks "$2" --steps "$3" ${4:+--size "$4"} \
