@@ -26,9 +26,9 @@ import subprocess
 import sys
 import time
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._hostprobe import capture
-from ansible_collections.stacktune.gpu.plugins.module_utils._stats import quantile
-from ansible_collections.stacktune.gpu.plugins.module_utils._topology import assemble
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.hostprobe import capture
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import quantile
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.topology import assemble
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 

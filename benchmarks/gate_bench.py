@@ -7,7 +7,7 @@
 Every scenario is simulated ``--draws`` times; on each draw BOTH judges see the same
 before/after samples:
 
-* the stacktune gate (``plugins/module_utils/_gate.py``, policy ``improve``, defaults);
+* the stacktune gate (``plugins/module_utils/gate/steps.py``, policy ``improve``, defaults);
 * a median-only judge as in Kayenta: two-sided Mann-Whitney U test, normal approximation
   with tie correction, alpha 0.05, "rollback" when after is significantly slower.
 
@@ -42,7 +42,7 @@ judges decide on each draw:
 
 (a) the step-level gate as the old flow used it: ``judge(pooled_before, pooled_after,
     policy, final=True)`` on the steps of the first 4 blocks per arm, pooled;
-(b) the block gate: ``_blocks.Trial`` drives the simulated host itself (its balanced
+(b) the block gate: ``trial.Trial`` drives the simulated host itself (its balanced
     sequential schedule on, off, off, on, ... with the default budget of 4 to 8 blocks per
     arm and its looks) and decides with ``judge_blocks``;
 (c) the Mann-Whitney judge above on the same pooled steps as (a); under ``improve`` it
@@ -77,9 +77,10 @@ from statistics import NormalDist
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "collections"))
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._blocks import Trial, check_settings  # noqa: E402
-from ansible_collections.stacktune.gpu.plugins.module_utils._gate import judge  # noqa: E402
-from ansible_collections.stacktune.gpu.plugins.module_utils._stats import quantile  # noqa: E402
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import check_settings  # noqa: E402
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import Trial  # noqa: E402
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.steps import judge  # noqa: E402
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import quantile  # noqa: E402
 
 _INV = NormalDist().inv_cdf
 MEDIAN_MS = 10.0
@@ -254,7 +255,7 @@ BLOCK_ROWS = [
 class BlockHost:
     """A simulated host measured one block (one process run) at a time.
 
-    ``set_layer(on)`` and ``measure(workload)`` are what ``_blocks.Trial`` calls; the layer
+    ``set_layer(on)`` and ``measure(workload)`` are what ``trial.Trial`` calls; the layer
     is on when the trial starts. The noise comes from one stream seeded per draw, the change's
     stalls from a second one, so the blocks' noise does not depend on which arm they fall in.
     """

@@ -67,7 +67,8 @@ def blocks_of(workload):
 
 def trial(blocks, policy, effect, stall, seed, max_blocks, **options):
     """One sequential trial on blocks drawn (by ``seed``) from the recording; with the blocks it saw."""
-    from ansible_collections.stacktune.gpu.plugins.module_utils._blocks import Trial, check_settings
+    from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import check_settings
+    from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import Trial
 
     rng = random.Random(seed)
     feed = iter([blocks[rng.randrange(len(blocks))] for _i in range(4 * max_blocks + 8)])

@@ -5,7 +5,7 @@
 """Record blocks of a built-in workload as a JSON fixture: the gate's real noise, replayed in tests.
 
 A block is one process run of the workload program of ``stacktune.gpu.bench`` (the same
-file, ``plugins/module_utils/_workloads.py``, run the same way), so what the gate sees on a
+program, assembled from ``plugins/module_utils/workloads/`` and run the same way), so what the gate sees on a
 host - start-up, clocks, allocator and NCCL set-up differing from run to run - is in the
 recording. Arms are environments: ``--arm base`` (nothing added) and, for example,
 ``--arm 'nch4:NCCL_MAX_NCHANNELS=4'``. Blocks of the arms are interleaved round by round
@@ -26,10 +26,15 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-PROGRAM = os.path.join(REPO, "plugins", "module_utils", "_workloads.py")
+sys.path.insert(0, os.path.join(REPO, "collections"))
+
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.source import write_program  # noqa: E402
+
+PROGRAM = write_program(tempfile.mkdtemp(prefix="stacktune-record-"))
 
 
 def parse_arm(text):

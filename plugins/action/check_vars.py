@@ -5,7 +5,7 @@
 """Action plugin ``stacktune.gpu.check_vars``: check a role's variables against its argument spec.
 
 Runs on the controller and touches no host. Documentation is in
-``plugins/modules/check_vars.py``; the rules are in ``module_utils/_varspec.py``.
+``plugins/modules/check_vars.py``; the rules are in ``module_utils/policy/varspec.py``.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -16,9 +16,9 @@ import os
 
 from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
-from ansible_collections.stacktune.gpu.plugins.module_utils._varspec import (
-    UNDECLARED,
+from ansible_collections.stacktune.gpu.plugins.module_utils.policy.varspec import (
     MISSING,
+    UNDECLARED,
     check,
     misspelled,
     renamed,

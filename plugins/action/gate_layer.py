@@ -4,7 +4,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Action plugin ``stacktune.gpu.gate_layer``: measure one layer in balanced blocks and keep or restore it.
 
-The loop is logic, so it lives here and in ``module_utils/_blocks.py`` (``Trial``), not in
+The loop is logic, so it lives here and in ``module_utils/gate/trial.py`` (``Trial``), not in
 YAML: it drives the ``bench`` module for every block and the ``host_settings`` module for
 every toggle on the host, and the gate decides from the blocks. Documentation is in
 ``plugins/modules/gate_layer.py``.
@@ -21,16 +21,11 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.six import string_types
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
-from ansible_collections.stacktune.gpu.plugins.module_utils._blocks import (
-    GateSettingError,
-    Trial,
-    WorkloadBroken,
-    calibrate,
-    check_settings,
-    resolve_workloads,
-)
-from ansible_collections.stacktune.gpu.plugins.module_utils._gate import POLICIES
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import JOURNAL_DIR
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import JOURNAL_DIR
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.calibration import calibrate
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import GateSettingError, check_settings
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import Trial, WorkloadBroken, resolve_workloads
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.steps import POLICIES
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._controller import command
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._interrupt import Guard, Interrupted, write_record
 

@@ -4,7 +4,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The options every module of the on-host journal shares, documented once.
 
-The argument spec they stand for is ``module_utils._journal.JOURNAL_OPTIONS``
+The argument spec they stand for is ``module_utils.engine.journal.JOURNAL_OPTIONS``
 (``journal_options()``); a unit test keeps the two the same. Entry points give them once
 for all these modules with module_defaults (meta/runtime.yml: the ``journal`` and ``run``
 action groups).

@@ -12,7 +12,7 @@ import re
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._findings import finding
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.findings import finding
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._plain import plain
 
 ASPM_ARG = re.compile(r"^pcie_aspm(\.policy)?=")

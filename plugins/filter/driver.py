@@ -11,7 +11,7 @@ __metaclass__ = type
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.compat.version import LooseVersion
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._findings import finding
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.findings import finding
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._plain import plain
 
 # The preflight findings about the driver; the others are preflight's own to report.

@@ -14,8 +14,8 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._fleet import fleet_report as build_report
-from ansible_collections.stacktune.gpu.plugins.module_utils._fleet import render_markdown
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.fleet import fleet_report as build_report
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.fleet import render_markdown
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._plain import plain
 
 OUTPUTS = ("data", "markdown")

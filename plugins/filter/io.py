@@ -11,7 +11,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._cpu_io_facts import io_targets as _io_targets
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.cpu_io_facts import io_targets as _io_targets
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._plain import plain
 
 

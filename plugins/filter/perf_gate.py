@@ -10,8 +10,12 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._blocks import GateSettingError, check_settings
-from ansible_collections.stacktune.gpu.plugins.module_utils._gate import judge
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import (
+    DEFAULTS,
+    GateSettingError,
+    check_settings,
+)
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.steps import judge
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._plain import plain
 
 
@@ -19,15 +23,15 @@ def perf_gate(
     before,
     after,
     policy="improve",
-    tail_quantile=0.99,
-    tail_tolerance=0.05,
-    min_gain=0.02,
-    confidence=0.95,
+    tail_quantile=DEFAULTS["tail_quantile"],
+    tail_tolerance=DEFAULTS["tail_tolerance"],
+    min_gain=DEFAULTS["min_gain"],
+    confidence=DEFAULTS["confidence"],
     final=False,
     seed=None,
     resamples=2000,
-    stall_factor=3.0,
-    stall_tolerance=0.005,
+    stall_factor=DEFAULTS["stall_factor"],
+    stall_tolerance=DEFAULTS["stall_tolerance"],
     looks=1,
 ):
     """Judge ``after`` against ``before``; returns the gate's decision dict."""

@@ -14,11 +14,8 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._topology import (
-    SEVERITIES,
-    filter_findings,
-    render_table,
-)
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.topology import SEVERITIES, filter_findings
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.topology_table import render_table
 
 
 def _stacktune_facts(data, filter_name):

@@ -347,15 +347,18 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.stacktune.gpu.plugins.module_utils import _workloads
-from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import read_text
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import process
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import DEFAULT_STEPS_OTHER, Monitor
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.program import runner_preload
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.source import program_source
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops import read_text
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import (
     HostLocked,
     RunLock,
     journal_options,
     lease_ticker,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils._bench import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.bench import (
     COMMAND_FORMAT,
     WORKLOAD_CHOICES,
     build_result,
@@ -406,13 +409,7 @@ class BenchFailure(Exception):
 
 def workload_source():
     """Source text of the workload program (also when module_utils come from a zip)."""
-    loader = getattr(_workloads, "__loader__", None)
-    if loader is not None and hasattr(loader, "get_source"):
-        source = loader.get_source(_workloads.__name__)
-        if source:
-            return source
-    with open(_workloads.__file__) as handle:
-        return handle.read()
+    return program_source()
 
 
 def last_line(text):
@@ -422,7 +419,7 @@ def last_line(text):
 
 
 def run_process(what, argv, env, timeout, cpus=None, cwd=None, run_id=None):
-    """Run argv (see _workloads.run_process); turn start failures and timeouts into BenchFailure.
+    """Run argv (see workloads/process.py run_process); turn start failures and timeouts into BenchFailure.
 
     With ``run_id``, the block starts only while that run holds the host and renews its
     lease while it runs; a lost lease kills the workload and fails the block.
@@ -431,7 +428,7 @@ def run_process(what, argv, env, timeout, cpus=None, cwd=None, run_id=None):
     try:
         if renew is not None:
             renew()
-        rc, out, err, timed_out = _workloads.run_process(
+        rc, out, err, timed_out = process.run_process(
             argv, env, timeout, cpus=cpus, cwd=cwd, tick=renew, tick_every=LEASE_TICK_S
         )
     except HostLocked as exc:
@@ -510,12 +507,12 @@ def start_runner(params):
             "run_id": params["run_id"],
             "lock_path": RunLock().path,
             "idle_s": RUNNER_IDLE_S,
-            "preload": _workloads.runner_preload(params["runner_workloads"] or [params["workload"]]),
+            "preload": runner_preload(params["runner_workloads"] or [params["workload"]]),
         }
     }
     started = time.time()
     try:
-        proc = _workloads.start_detached([python, program, json.dumps(cfg)], folder, os.path.join(folder, "runner.log"))
+        proc = process.start_detached([python, program, json.dumps(cfg)], folder, os.path.join(folder, "runner.log"))
     except OSError as exc:
         shutil.rmtree(folder, ignore_errors=True)
         raise BenchFailure("Failed to start the block runner with %s: %s" % (python, exc), failure="start") from None
@@ -612,7 +609,7 @@ def run_builtin(params):
         except HostLocked as exc:
             raise BenchFailure("Failed to measure a block: %s" % exc, failure="lease_lost", lease_lost=True) from None
     else:
-        with _workloads.private_program(workload_source(), "stacktune-bench-", PROGRAM_NAME) as (tmpdir, path):
+        with process.private_program(workload_source(), "stacktune-bench-", PROGRAM_NAME) as (tmpdir, path):
             argv = [python, path, program_args(params, requested)]
             rc, out, err = run_process(
                 "workload %s" % requested, argv, env, params["timeout"], cwd=tmpdir, run_id=params["run_id"]
@@ -654,7 +651,7 @@ def run_user_command(params):
     argv = params["command"]
     env = dict(os.environ)
     env.update(params["env"])
-    monitor = _workloads.Monitor([{"index": params["device"], "uuid": None}])
+    monitor = Monitor([{"index": params["device"], "uuid": None}])
     started = time.time()
     monitor.begin()
     try:
@@ -680,7 +677,7 @@ def run_user_command(params):
         steps_ms, printed_throughput = parse_command_output(out)
         if not steps_ms:
             raise ValueError("it printed no step lines; expected %s" % COMMAND_FORMAT)
-        kept = split_warmup(steps_ms, params["warmup"], params["steps"] or _workloads.DEFAULT_STEPS_OTHER)
+        kept = split_warmup(steps_ms, params["warmup"], params["steps"] or DEFAULT_STEPS_OTHER)
     except ValueError as exc:
         raise BenchFailure(
             "Failed to read step times from command %s: %s" % (argv[0], exc),

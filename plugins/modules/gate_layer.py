@@ -78,7 +78,7 @@ options:
   gate:
     description:
       - The gate's settings; each is checked here and in the playbook's validation with the
-        same rule (module_utils C(_blocks.check_settings)).
+        same rule (module_utils C(gate.settings.check_settings)).
       - "C(tail_quantile) (0.99), C(tail_tolerance) (0.05), C(min_gain) (0.02),
         C(confidence) (0.95, over the whole sequence of looks), C(stall_factor) (3: a step
         slower than 3x the median is a stall), C(stall_tolerance) (0.005: half a percentage

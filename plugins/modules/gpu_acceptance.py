@@ -296,14 +296,17 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _acceptance
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.acceptance import levels as acceptance_levels
+from ansible_collections.stacktune.gpu.plugins.module_utils.acceptance import limits as acceptance_limits
+from ansible_collections.stacktune.gpu.plugins.module_utils.acceptance import record as acceptance_record
+from ansible_collections.stacktune.gpu.plugins.module_utils.acceptance import runner as acceptance_runner
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import (
     HostLocked,
     LockTimeout,
     journal_options,
     lease_ticker,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils._node_exporter import resolve
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.node_exporter import resolve
 
 
 def _not_run(message, tail=None, rc=None):
@@ -311,7 +314,7 @@ def _not_run(message, tail=None, rc=None):
     return {
         "accepted": False,
         "verdict": "reject",
-        "exit_code": _acceptance.VERDICT_EXIT_CODES["reject"],
+        "exit_code": acceptance_levels.VERDICT_EXIT_CODES["reject"],
         "rejections": [
             {
                 "check": "not_run",
@@ -334,7 +337,7 @@ def _record(module, decision, report, level, previous, metrics_dir=None):
     out = {"record": None, "journal_path": None, "metrics_path": None, "changed": False, "diff": None}
     if not p["journal_dir"] and not metrics_dir:
         return out
-    record = _acceptance.build_record(decision, report, level, time.time(), previous)
+    record = acceptance_record.build_record(decision, report, level, time.time(), previous)
     out["record"] = record
     before = (previous or {}).get("verdict")
     out["changed"] = before != record["verdict"]
@@ -345,16 +348,16 @@ def _record(module, decision, report, level, previous, metrics_dir=None):
     if module.check_mode:
         return out
     if p["journal_dir"]:
-        path = os.path.join(p["journal_dir"], _acceptance.RECORD_FILE)
+        path = os.path.join(p["journal_dir"], acceptance_record.RECORD_FILE)
         try:
-            _acceptance.write_record(p["journal_dir"], record)
+            acceptance_record.write_record(p["journal_dir"], record)
         except (IOError, OSError, LockTimeout) as exc:
             module.fail_json(msg="Failed to write the acceptance record %s: %s" % (path, exc), **decision)
         out["journal_path"] = path
     if metrics_dir:
-        path = os.path.join(metrics_dir["path"], _acceptance.METRICS_FILE)
+        path = os.path.join(metrics_dir["path"], acceptance_record.METRICS_FILE)
         try:
-            _acceptance.write_metrics(path, _acceptance.render_metrics(record))
+            acceptance_record.write_metrics(path, acceptance_record.render_metrics(record))
         except (IOError, OSError) as exc:
             module.fail_json(msg="Failed to write the metrics file %s: %s" % (path, exc), **decision)
         out["metrics_path"] = path
@@ -365,11 +368,11 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             python=dict(type="path"),
-            level=dict(type="str", choices=sorted(_acceptance.LEVELS), default="standard"),
+            level=dict(type="str", choices=sorted(acceptance_levels.LEVELS), default="standard"),
             rounds=dict(type="int"),
             gpus=dict(type="list", elements="int"),
             perturb_round=dict(type="int"),
-            burn_in_seconds=dict(type="int", default=_acceptance.DEFAULT_BURN_IN_SECONDS),
+            burn_in_seconds=dict(type="int", default=acceptance_levels.DEFAULT_BURN_IN_SECONDS),
             timeout=dict(type="int"),
             environment=dict(type="dict", default={}),
             fail_on_reject=dict(type="bool", default=True),
@@ -386,15 +389,15 @@ def main():
     python = p["python"] or sys.executable
     base = dict(level=p["level"], python=python)
     try:
-        config = _acceptance.build_config(
+        config = acceptance_levels.build_config(
             level=p["level"],
             rounds=p["rounds"],
             gpus=p["gpus"],
             perturb_round=p["perturb_round"],
             burn_in_seconds=p["burn_in_seconds"],
         )
-        thresholds = _acceptance.validate_thresholds(p["thresholds"])
-        memory_table = _acceptance.validate_memory_table(p["memory_bandwidth_gbps"])
+        thresholds = acceptance_limits.validate_thresholds(p["thresholds"])
+        memory_table = acceptance_limits.validate_memory_table(p["memory_bandwidth_gbps"])
     except ValueError as e:
         module.fail_json(msg="Failed to validate acceptance options: %s" % e, rounds=p["rounds"], **base)
     base["rounds"] = config["rounds"]
@@ -406,7 +409,7 @@ def main():
     metrics_dir = None
     if p["metrics_dir"] is not None:
         try:
-            metrics_dir = resolve(p["metrics_dir"], files=(_acceptance.METRICS_FILE,))
+            metrics_dir = resolve(p["metrics_dir"], files=(acceptance_record.METRICS_FILE,))
         except ValueError as e:
             module.fail_json(msg="Failed to use the metrics directory: %s" % e, **base)
         for warning in metrics_dir["warnings"]:
@@ -415,7 +418,7 @@ def main():
     if p["validate_only"]:
         module.exit_json(changed=False, thresholds=thresholds, **base)
 
-    previous = _acceptance.read_record(p["journal_dir"]) if p["journal_dir"] else None
+    previous = acceptance_record.read_record(p["journal_dir"]) if p["journal_dir"] else None
     previous_health = (previous or {}).get("health")
 
     def fail_not_run(message, tail=None, rc=None):
@@ -436,18 +439,18 @@ def main():
     if not (os.path.isfile(python) and os.access(python, os.X_OK)):
         fail_not_run("no GPU to accept: interpreter %s is not an executable file" % python)
 
-    env = _acceptance.program_env(p["environment"])
+    env = acceptance_runner.program_env(p["environment"])
     tick = lease_ticker(p["run_id"]) if p["run_id"] else None
     try:
         if tick is not None:
             tick()
-        run = _acceptance.run_program(python, config, env, timeout, tick=tick)
+        run = acceptance_runner.run_program(python, config, env, timeout, tick=tick)
     except HostLocked as e:
         module.fail_json(msg="Failed to run the acceptance program: %s" % e, lease_lost=True, **base)
     except (OSError, ValueError) as e:
         fail_not_run("Failed to run the acceptance program with %s: %s" % (python, e))
     tail = (run["stderr"] or run["stdout"])[-2000:]
-    fatal, decision = _acceptance.decide(
+    fatal, decision = acceptance_runner.decide(
         run, timeout, thresholds=thresholds, previous_health=previous_health, memory_table=memory_table
     )
     if fatal:
@@ -469,7 +472,7 @@ def main():
         gpus=report.get("gpus") or [],
         devices=report.get("devices") or [],
         collective=report.get("collective"),
-        burn_in=_acceptance.summarize_burn_in(report.get("burn_in")),
+        burn_in=acceptance_runner.summarize_burn_in(report.get("burn_in")),
         perturb_round=config["perturb_round"],
         versions={
             "torch": report.get("torch_version"),

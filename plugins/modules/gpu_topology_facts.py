@@ -223,8 +223,8 @@ raw:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._hostprobe import capture
-from ansible_collections.stacktune.gpu.plugins.module_utils._topology import assemble
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.hostprobe import capture
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.topology import assemble
 
 
 def main():

@@ -265,8 +265,8 @@ lease_lost:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._engine import Engine
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.engine import Engine
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import (
     LeaseLost,
     LockTimeout,
     RunLock,
@@ -274,7 +274,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils._journal import (
     journal_options,
     open_journal,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import (
     Context,
     SpecError,
     Unsupported,

@@ -154,16 +154,16 @@ unowned:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._acceptance import RECORD_FILE
-from ansible_collections.stacktune.gpu.plugins.module_utils._engine import Engine
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.acceptance.record import RECORD_FILE
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.engine import Engine
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import (
     HostLocked,
     RunLock,
     journal_options,
     open_journal,
     unowned_files,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context, command_runner
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context, command_runner
 
 
 def main():

@@ -112,7 +112,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._nccl_transport import check
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.nccl_transport import check
 
 RANK = {"pass": 0, "skipped": 0, "warning": 1, "critical": 2}
 

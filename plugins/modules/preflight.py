@@ -176,13 +176,13 @@ blocking:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context
-from ansible_collections.stacktune.gpu.plugins.module_utils._preflight import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.preflight import (
     findings_at_or_above,
     run_preflight,
     validate_policy,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils._writers import host_writers
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.writers import host_writers
 
 KERN_LOG_PATHS = ("/var/log/kern.log",)
 KERN_LOG_TAIL_BYTES = 8 * 1024 * 1024

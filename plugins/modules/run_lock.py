@@ -148,8 +148,8 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._engine import Engine
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.engine import Engine
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import (
     HostLocked,
     LeaseLost,
     LockTimeout,
@@ -157,7 +157,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils._journal import (
     journal_options,
     open_journal,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context, SpecError, command_runner
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context, SpecError, command_runner
 
 
 def main():

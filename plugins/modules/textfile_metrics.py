@@ -190,16 +190,16 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import atomic_write, read_text
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import Journal, journal_options
-from ansible_collections.stacktune.gpu.plugins.module_utils._metrics import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops import atomic_write, read_text
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import Journal, journal_options
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.metrics import (
     FILE_NAME,
     content_changed,
     layer_view,
     parse,
     render,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils._node_exporter import AUTO, resolve
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.node_exporter import AUTO, resolve
 
 
 def journal_entries(journal_dir):

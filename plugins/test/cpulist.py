@@ -8,7 +8,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._cpulist import parse_cpulist
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.cpulist import parse_cpulist
 
 
 def cpulist(value):

@@ -56,13 +56,13 @@ run() {
 import json
 import sys
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _acceptance as acc
+from ansible_collections.stacktune.gpu.plugins.module_utils.acceptance import levels, runner
 
 path, expect, opts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-cfg = acc.build_config(**opts)
+cfg = levels.build_config(**opts)
 timeout = 900 + cfg["burn_in_seconds"]
-run = acc.run_program(sys.executable, cfg, acc.program_env(), timeout)
-fatal, decision = acc.decide(run, timeout)
+run = runner.run_program(sys.executable, cfg, runner.program_env(), timeout)
+fatal, decision = runner.decide(run, timeout)
 with open(path, "w") as fh:
     json.dump({"options": opts, "fatal": fatal, "decision": decision, "report": run["report"],
                "stderr_tail": run["stderr"][-4000:]}, fh, indent=1)

@@ -5,7 +5,7 @@
 """Record every input of the GPU topology facts on this machine into a JSON file.
 
 The file is the ``raw`` dict that ``stacktune.gpu.gpu_topology_facts`` returns with
-``include_raw: true``; ``_topology.assemble(raw)`` replays it to the same facts offline,
+``include_raw: true``; ``topology.assemble(raw)`` replays it to the same facts offline,
 which is how tests/unit/fixtures/topology/*.json are made. Needs only the standard
 library and, for GPU facts, pynvml (nvidia-ml-py). Run from the repository root:
 
@@ -29,12 +29,9 @@ import json
 import os
 import sys
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._hostprobe import capture, collect_topo_matrix
-from ansible_collections.stacktune.gpu.plugins.module_utils._topology import (
-    LIBRARY_DISTRIBUTIONS,
-    assemble,
-    render_table,
-)
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.hostprobe import capture, collect_topo_matrix
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.topology import LIBRARY_DISTRIBUTIONS, assemble
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.topology_table import render_table
 
 
 def compact(raw):

@@ -5,7 +5,7 @@
 """Where a block's start-up goes in a child forked from a warm parent, per parent preload.
 
 GPU host probe (needs PyTorch with CUDA): the parent imports torch (variant A) or torch and
-the modules of ``_workloads.RUNNER_PRELOAD`` (variant B), then forks three children per
+the modules of ``workloads/program.py RUNNER_PRELOAD`` (variant B), then forks three children per
 workload, as the block runner does; each child runs one block of the real workload program
 and prints the seconds to a ready CUDA context, of set-up (model, optimiser, buffers), of the
 first step, of the rest of the warm-up and of the measured steps.
@@ -19,7 +19,9 @@ import os
 import sys
 import time
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _workloads as W
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import base as W_base
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import gpu as W_gpu
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import program as W_program
 
 STEPS = {"train_step": 300, "gemm": 400, "dataloader": 80, "h2d_pinned": 100}
 PHASES = (
@@ -33,7 +35,7 @@ NAMES = ("to cuda ready", "setup", "first step", "warmup rest", "steps")
 
 
 def instrument(torch, marks):
-    orig_torch, orig_loop = W._torch, W.timed_loop
+    orig_torch, orig_loop = W_gpu._torch, W_gpu.timed_loop
 
     def timed_torch(name, dev):
         got = orig_torch(name, dev)
@@ -52,13 +54,15 @@ def instrument(torch, marks):
         marks["steps_done"] = time.perf_counter()
         return got
 
-    W._torch, W.timed_loop = timed_torch, timed_loop
+    W_gpu._torch, W_gpu.timed_loop = timed_torch, timed_loop
 
 
 def child(workload, marks, fd):
     marks["start"] = time.perf_counter()
-    size = 4096 if workload == "gemm" else W.DEFAULT_SIZE[workload]
-    res = W.run({"workload": workload, "device": 0, "size": size, "steps": STEPS.get(workload, 200), "warmup": 20})
+    size = 4096 if workload == "gemm" else W_base.DEFAULT_SIZE[workload]
+    res = W_program.run(
+        {"workload": workload, "device": 0, "size": size, "steps": STEPS.get(workload, 200), "warmup": 20}
+    )
     samples = sorted(res["samples_ms"])
     os.write(fd, json.dumps({"marks": marks, "p50": samples[len(samples) // 2]}).encode())
     os._exit(0)
@@ -70,7 +74,7 @@ def main(variant, workloads):
 
     took = {"torch": time.perf_counter() - t0}
     if variant == "B":
-        for module in W.runner_preload(workloads)[1:]:
+        for module in W_program.runner_preload(workloads)[1:]:
             t1 = time.perf_counter()
             __import__(module)
             took[module] = time.perf_counter() - t1

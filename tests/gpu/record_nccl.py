@@ -18,7 +18,7 @@ import json
 import os
 import sys
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._nccl_transport import parse, run, verdict
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.nccl_transport import parse, run, verdict
 
 CASES = (
     ("as_is", {}, "pass", ["P2P"]),

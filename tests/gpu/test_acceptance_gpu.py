@@ -19,7 +19,8 @@ import sys
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _acceptance
+from ansible_collections.stacktune.gpu.plugins.module_utils.acceptance import levels as acceptance_levels
+from ansible_collections.stacktune.gpu.plugins.module_utils.acceptance import runner as acceptance_runner
 
 pytestmark = pytest.mark.gpu
 
@@ -31,9 +32,9 @@ PYTHON = None
 
 
 def _run(python, level, **kw):
-    cfg = _acceptance.build_config(level=level, **kw)
-    run = _acceptance.run_program(python, cfg, _acceptance.program_env(), TIMEOUT)
-    fatal, decision = _acceptance.decide(run, TIMEOUT)
+    cfg = acceptance_levels.build_config(level=level, **kw)
+    run = acceptance_runner.run_program(python, cfg, acceptance_runner.program_env(), TIMEOUT)
+    fatal, decision = acceptance_runner.decide(run, TIMEOUT)
     assert fatal is None, "%s\n%s" % (fatal, run["stderr"][-3000:])
     return run["report"], decision
 

@@ -18,12 +18,13 @@ import time
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._hostprobe import capture
-from ansible_collections.stacktune.gpu.plugins.module_utils._pcie import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.hostprobe import capture
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.pcie_render import (
     compare_with_nvidia_smi,
     parse_nvidia_smi_topo,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils._topology import assemble, render_table
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.topology import assemble
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.topology_table import render_table
 
 pytestmark = pytest.mark.gpu
 

@@ -1,11 +1,12 @@
-"""The gate's settings have one home (plugins/module_utils/_blocks.py: SETTINGS, BUDGET and the
+"""The gate's settings have one home (plugins/module_utils/gate/settings.py: SETTINGS, BUDGET and the
 workload names): the stacktune role's defaults and argument spec must say the same."""
 
 import os
 
 import yaml
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _blocks, _workloads
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate import settings as _blocks
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import base as _workloads
 
 ROLE = os.path.join(os.path.dirname(__file__), "..", "..", "roles", "stacktune")
 

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """One interface to the journal: the doc fragment stacktune.gpu.journal documents exactly the
-shared argument spec (module_utils._journal.JOURNAL_OPTIONS), every module that takes
+shared argument spec (module_utils.engine.journal.JOURNAL_OPTIONS), every module that takes
 journal_dir, root or run_id documents them through the fragment, and each is in the action
 group that entry points give them through (meta/runtime.yml)."""
 
@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from ansible_collections.stacktune.gpu.plugins.doc_fragments.journal import ModuleDocFragment
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import JOURNAL_OPTIONS, journal_options
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import JOURNAL_OPTIONS, journal_options
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 MODULES = os.path.join(REPO, "plugins", "modules")

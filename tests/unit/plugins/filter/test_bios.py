@@ -15,7 +15,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.stacktune.gpu.plugins.filter import bios as filters
-from ansible_collections.stacktune.gpu.plugins.module_utils._topology import assemble
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.topology import assemble
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "topology")
 

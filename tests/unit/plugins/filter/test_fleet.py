@@ -17,8 +17,8 @@ import yaml
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.stacktune.gpu.plugins.filter import fleet as filters
-from ansible_collections.stacktune.gpu.plugins.module_utils._fleet import FIELD_NAMES
-from ansible_collections.stacktune.gpu.plugins.module_utils._topology import assemble
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.fleet import FIELD_NAMES
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.topology import assemble
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "topology")
 PLUGIN_DIR = os.path.dirname(filters.__file__)

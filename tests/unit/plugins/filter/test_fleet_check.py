@@ -17,7 +17,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.stacktune.gpu.plugins.filter import fleet, fleet_check
-from ansible_collections.stacktune.gpu.plugins.module_utils._topology import assemble
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.topology import assemble
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "topology")
 

@@ -19,7 +19,7 @@ from ansible.errors import AnsibleFilterError
 from jinja2 import Environment, StrictUndefined
 
 from ansible_collections.stacktune.gpu.plugins.filter import perf_gate as plugin
-from ansible_collections.stacktune.gpu.plugins.module_utils._gate import judge
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.steps import judge
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 PLUGIN_DIR = os.path.dirname(plugin.__file__)

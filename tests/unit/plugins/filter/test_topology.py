@@ -18,7 +18,8 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.stacktune.gpu.plugins.filter import topology as filters
-from ansible_collections.stacktune.gpu.plugins.module_utils._topology import assemble, render_table
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.topology import assemble
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.topology_table import render_table
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "topology")
 PLUGIN_DIR = os.path.dirname(filters.__file__)

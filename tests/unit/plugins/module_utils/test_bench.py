@@ -2,7 +2,7 @@
 # Copyright: stacktune contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Tests of the bench logic (_bench) and of the workload program (_workloads).
+"""Tests of the bench logic (workloads/bench.py) and of the workload program (workloads/).
 
 The CPU workloads are run for real, as the separate program the module runs, under the
 system's bare python3 when there is one (no third-party packages), so the stdlib-only
@@ -17,13 +17,18 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _bench, _workloads
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import bench as _bench
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import constants
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import base as workloads_base
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.source import write_program
 
 BARE_PYTHON = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
-PROGRAM = _workloads.__file__
+# the workload program as the bench module ships it, written once for these tests
+PROGRAM = write_program(tempfile.mkdtemp(prefix="stacktune-test-program-"))
 
 
 def base_params(**over):
@@ -62,11 +67,11 @@ def test_throttle_bits_match_nvml_constants():
         "hw_power_brake_slowdown": pynvml.nvmlClocksThrottleReasonHwPowerBrakeSlowdown,
         "display_clock_setting": pynvml.nvmlClocksThrottleReasonDisplayClockSetting,
     }
-    ours = {name: bit for bit, name in _workloads.THROTTLE_REASON_BITS}
+    ours = {name: bit for bit, name in constants.CLOCKS_EVENT_REASONS}
     for name, bit in expected.items():
         assert ours[name] == bit, name
-    assert _workloads.decode_throttle_reasons(pynvml.nvmlClocksThrottleReasonAll) == [
-        name for _bit, name in _workloads.THROTTLE_REASON_BITS
+    assert workloads_base.decode_throttle_reasons(pynvml.nvmlClocksThrottleReasonAll) == [
+        name for _bit, name in constants.CLOCKS_EVENT_REASONS
     ]
 
 
@@ -80,7 +85,7 @@ def test_throttle_bits_match_nvml_constants():
     ],
 )
 def test_decode_throttle_reasons(mask, names):
-    assert _workloads.decode_throttle_reasons(mask) == names
+    assert workloads_base.decode_throttle_reasons(mask) == names
 
 
 def gpu_conditions(before=(), during=(), after=()):
@@ -133,13 +138,13 @@ def test_throttle_reasons_seen_merges_phases_per_gpu():
     [("0", [0]), ("0-3", [0, 1, 2, 3]), ("0-1, 4,6-7", [0, 1, 4, 6, 7]), ("3,3,2", [2, 3])],
 )
 def test_parse_cpu_list(text, cpus):
-    assert _workloads.parse_cpu_list(text) == cpus
+    assert _bench.parse_cpu_list(text) == cpus
 
 
 @pytest.mark.parametrize("text", ["", "a", "3-1", "1,,2", "1-", "-2", "0-x"])
 def test_parse_cpu_list_rejects(text):
     with pytest.raises(ValueError):
-        _workloads.parse_cpu_list(text)
+        _bench.parse_cpu_list(text)
 
 
 def test_validate_options_normalises():
@@ -174,8 +179,8 @@ def test_resolved_size_defaults():
     assert _bench.resolved_size("gemm", None) == 8192
     assert _bench.resolved_size("h2d_pinned", None) == 256
     assert _bench.resolved_size("gemm", 4096) == 4096
-    assert set(_workloads.DEFAULT_SIZE) == set(_workloads.GPU_WORKLOADS + _workloads.CPU_WORKLOADS)
-    assert set(_workloads.SIZE_MEANING) == set(_workloads.DEFAULT_SIZE)
+    assert set(workloads_base.DEFAULT_SIZE) == set(workloads_base.GPU_WORKLOADS + workloads_base.CPU_WORKLOADS)
+    assert set(workloads_base.SIZE_MEANING) == set(workloads_base.DEFAULT_SIZE)
 
 
 # --- command output -----------------------------------------------------------------------
@@ -349,7 +354,7 @@ def test_program_reports_bad_arguments_as_json():
 
 
 def test_monitor_without_gpu_keeps_host_conditions():
-    monitor = _workloads.Monitor([{"index": 0, "uuid": None}])
+    monitor = workloads_base.Monitor([{"index": 0, "uuid": None}])
     if monitor.nvml_status == "ok":
         pytest.skip("NVML works here; the GPU tier covers it")
     monitor.begin()

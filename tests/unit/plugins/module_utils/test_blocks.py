@@ -15,18 +15,17 @@ import random
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _blocks, _workloads
-from ansible_collections.stacktune.gpu.plugins.module_utils._blocks import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate import calibration
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import base as _workloads
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.blocks import arm_effect, judge_blocks
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import (
     GateSettingError,
-    Trial,
-    arm_effect,
     check_settings,
-    judge_blocks,
     planned_looks,
-    resolve_workloads,
-    t_ppf,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils._gate import judge
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import t_ppf
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import Trial, resolve_workloads
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.steps import judge
 
 SETTINGS = check_settings({})
 
@@ -335,7 +334,7 @@ def test_calibrate_reports_noise_per_dimension():
         now[0] += 0.05 + sum(out["samples_ms"]) / 1000.0
         return out
 
-    out = _blocks.calibrate(["w"], measure, SETTINGS, 12, lambda: now[0])
+    out = calibration.calibrate(["w"], measure, SETTINGS, 12, lambda: now[0])
     entry = out["workloads"]["w"]
     assert entry["blocks"] == 12
     tp = entry["dimensions"]["throughput"]
@@ -365,11 +364,11 @@ def _blocks_with(rng, n, steps, between_sd, inside_sd, level=10.0):
 def test_steps_for_noise_shortens_blocks_that_differ_more_than_their_steps():
     rng = random.Random(5)
     blocks = _blocks_with(rng, 10, 400, between_sd=0.08, inside_sd=0.02)
-    got = _blocks.steps_for_noise(blocks, startup_s=0.5, steps=400)
+    got = calibration.steps_for_noise(blocks, startup_s=0.5, steps=400)
     # floor: half the steps measured (a shorter block is a prediction, checked by calibrating again)
     assert got["steps"] == 200
     assert got["unbounded"] < got["steps"]
-    again = _blocks.steps_for_noise([b[:200] for b in blocks], startup_s=0.5, steps=200)
+    again = calibration.steps_for_noise([b[:200] for b in blocks], startup_s=0.5, steps=200)
     assert again["steps"] == 100  # half again (the start-up's worth, about 50 steps, is further down)
     assert "shorter blocks" in got["why"]
     assert got["between_sd"] == pytest.approx(0.08, rel=0.5)
@@ -378,7 +377,7 @@ def test_steps_for_noise_shortens_blocks_that_differ_more_than_their_steps():
 def test_steps_for_noise_lengthens_blocks_that_hardly_differ():
     rng = random.Random(6)
     blocks = _blocks_with(rng, 10, 400, between_sd=0.0, inside_sd=0.05)
-    got = _blocks.steps_for_noise(blocks, startup_s=2.0, steps=400)
+    got = calibration.steps_for_noise(blocks, startup_s=2.0, steps=400)
     assert got["steps"] == pytest.approx(6.0 / (got["step_ms"] / 1000.0), abs=1)  # ceiling: 3x the start-up
     assert "longer blocks" in got["why"]
 
@@ -386,13 +385,13 @@ def test_steps_for_noise_lengthens_blocks_that_hardly_differ():
 def test_steps_for_noise_balances_the_two_noises_between_its_bounds():
     rng = random.Random(7)
     blocks = _blocks_with(rng, 12, 400, between_sd=0.004, inside_sd=0.05)
-    got = _blocks.steps_for_noise(blocks, startup_s=1.0, steps=400)
+    got = calibration.steps_for_noise(blocks, startup_s=1.0, steps=400)
     # between half the steps measured (200) and three times the start-up's worth (about 300)
     assert got["steps"] == max(200, min(300, got["unbounded"]))
 
 
 def test_steps_for_noise_needs_four_blocks():
-    assert _blocks.steps_for_noise([[1.0] * 100] * 3, 1.0, 100) is None
+    assert calibration.steps_for_noise([[1.0] * 100] * 3, 1.0, 100) is None
 
 
 @pytest.mark.parametrize(
@@ -406,7 +405,7 @@ def test_steps_for_noise_on_recorded_h200_blocks(workload, shorter):
     with open(path) as handle:
         rec = json.load(handle)
     blocks = [b["samples_ms"] for b in rec["arms"]["base"]["blocks"]]
-    got = _blocks.steps_for_noise(blocks, startup_s=1.0, steps=len(blocks[0]))
+    got = calibration.steps_for_noise(blocks, startup_s=1.0, steps=len(blocks[0]))
     assert (got["steps"] < len(blocks[0])) is shorter, got
     # the defaults follow where it points (never below 200: 80-step DataLoader blocks resolved
     # less per second on the one-H200 host)

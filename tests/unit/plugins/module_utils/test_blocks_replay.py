@@ -24,7 +24,8 @@ import random
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._blocks import Trial, check_settings
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import check_settings
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import Trial
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "blocks")
 DRAWS = 200

@@ -6,7 +6,7 @@
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _compat as c
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import compat as c
 
 
 @pytest.mark.parametrize(

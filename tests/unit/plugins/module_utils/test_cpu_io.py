@@ -12,12 +12,12 @@ import os
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _cpu_io_facts as facts
-from ansible_collections.stacktune.gpu.plugins.module_utils._engine import Engine
-from ansible_collections.stacktune.gpu.plugins.module_utils._hostprobe import FileReader
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import open_journal
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context, SpecError
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_sysfs import SysfsKind
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import cpu_io_facts as facts
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.engine import Engine
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.hostprobe import FileReader
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import open_journal
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context, SpecError
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.sysfs import SysfsKind
 
 CPU = "/sys/devices/system/cpu"
 POLICIES = (0, 1, 2, 10)  # policy10 sorts after policy2

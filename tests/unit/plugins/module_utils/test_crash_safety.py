@@ -16,9 +16,9 @@ import sys
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._engine import Engine
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import open_journal
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.engine import Engine
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import open_journal
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context
 
 COLLECTIONS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "collections")
 
@@ -47,9 +47,9 @@ RESTORE_POINTS = ["after_units_restored", "before_restore_journal"]
 
 CHILD = """
 import json, sys
-from ansible_collections.stacktune.gpu.plugins.module_utils._engine import Engine
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import open_journal
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.engine import Engine
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import open_journal
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context
 root, layer, action, run_id = sys.argv[1:5]
 engine = Engine(Context(layer, root=root), open_journal("/var/lib/stacktune", root))
 if action == "apply":

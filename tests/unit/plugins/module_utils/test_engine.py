@@ -5,9 +5,9 @@ import os
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._engine import Engine
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import open_journal
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context, SpecError
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.engine import Engine
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import open_journal
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context, SpecError
 
 KERNEL = [
     {"kind": "sysctl", "key": "vm.swappiness", "value": 10},
@@ -156,7 +156,7 @@ def test_removed_setting_goes_back_to_original(fakeroot):
 
 def test_interrupted_apply_can_still_be_restored(fakeroot, hash_tree, monkeypatch):
     pristine = hash_tree(fakeroot)
-    from ansible_collections.stacktune.gpu.plugins.module_utils import _kind_sysctl
+    from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds import sysctl as _kind_sysctl
 
     def boom(self, s, value, ctx):
         raise KeyboardInterrupt("killed between persist and live write")
@@ -296,7 +296,7 @@ def test_a_run_that_changes_nothing_leaves_a_kept_layer_kept(fakeroot):
 
 
 def test_remount_keeps_the_mount_flags(fakeroot, monkeypatch):
-    from ansible_collections.stacktune.gpu.plugins.module_utils import _kind_mount
+    from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds import mount as _kind_mount
 
     calls = []
     monkeypatch.setattr(_kind_mount.MountKind, "live_writable", lambda self, s, ctx: (True, None))
@@ -473,7 +473,7 @@ def test_check_mode_predicts_the_override(fakeroot):
     ],
 )
 def test_boot_value_follows_systemd_sysctl_order(fakeroot, files, links, want):
-    from ansible_collections.stacktune.gpu.plugins.module_utils._kind_sysctl import SysctlKind
+    from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.sysctl import SysctlKind
 
     for path, text in files.items():
         write(fakeroot, path, text)
@@ -681,7 +681,7 @@ def test_shm_size_follows_systemd_mount_units(fakeroot, files, links, status, at
     ],
 )
 def test_mount_unit_names_escape_like_systemd(path, name):
-    from ansible_collections.stacktune.gpu.plugins.module_utils._kind_mount import unit_name
+    from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.mount import unit_name
 
     assert unit_name(path) == name
 

@@ -9,7 +9,7 @@ from __future__ import absolute_import, division, print_function
 import os
 import re
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._findings import finding
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.findings import finding
 
 PLUGINS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "plugins")
 
@@ -40,7 +40,7 @@ def test_no_other_finding_constructor():
         if os.path.basename(root) == "modules":
             continue
         for name in files:
-            if not name.endswith(".py") or name == "_findings.py":
+            if not name.endswith(".py") or os.path.join(root, name).endswith(os.path.join("hardware", "findings.py")):
                 continue
             with open(os.path.join(root, name)) as handle:
                 text = handle.read()

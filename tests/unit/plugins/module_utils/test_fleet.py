@@ -17,8 +17,8 @@ import os
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _fleet as fleet
-from ansible_collections.stacktune.gpu.plugins.module_utils._topology import assemble
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting import fleet
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.topology import assemble
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "topology")
 

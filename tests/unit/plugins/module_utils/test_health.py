@@ -7,7 +7,7 @@ clock rules on constructed inputs."""
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _health as h
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import health as h
 
 DMESG = "".join(
     [

@@ -15,10 +15,10 @@ import os
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._engine import Engine
-from ansible_collections.stacktune.gpu.plugins.module_utils._fileops import UnsafePath
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import open_journal
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context, SpecError
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.engine import Engine
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops import UnsafePath
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import open_journal
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context, SpecError
 
 SECRET = "root:$6$saltsalt$NotARealHashButSecret:19000:0:99999:7:::\n"
 NCCL = [{"kind": "file", "key": "/etc/nccl.conf", "value": "NCCL_SOCKET_IFNAME=^lo\n"}]
@@ -195,7 +195,7 @@ def test_huge_pages_must_fit_in_memory(fakeroot):
 
 
 def test_a_live_write_the_kernel_refuses_is_not_persisted_and_undoes_the_others(fakeroot, monkeypatch):
-    from ansible_collections.stacktune.gpu.plugins.module_utils import _kind_sysctl
+    from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds import sysctl as _kind_sysctl
 
     real = _kind_sysctl.SysctlKind.write_live
 
@@ -235,7 +235,7 @@ def test_a_kept_setting_that_can_no_longer_be_read_is_drift(fakeroot):
 
 
 def test_a_full_filesystem_names_the_file(fakeroot, monkeypatch):
-    from ansible_collections.stacktune.gpu.plugins.module_utils import _fileops
+    from ansible_collections.stacktune.gpu.plugins.module_utils.engine import fileops as _fileops
 
     def full(*_args):
         raise OSError(28, "No space left on device")

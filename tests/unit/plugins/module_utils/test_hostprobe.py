@@ -21,8 +21,8 @@ import shutil
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _hostprobe as probe
-from ansible_collections.stacktune.gpu.plugins.module_utils import _topology as topo
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import hostprobe as probe
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import topology as topo
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "topology")
 

@@ -16,9 +16,9 @@ import os
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._engine import Engine
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import UntrustedJournal, open_journal
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.engine import Engine
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import UntrustedJournal, open_journal
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context
 
 SYSCTL = [{"kind": "sysctl", "key": "vm.swappiness", "value": "10"}]
 JOURNAL = "/var/lib/stacktune"

@@ -14,8 +14,8 @@ import re
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _metrics as metrics
-from ansible_collections.stacktune.gpu.plugins.module_utils._gate import judge
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting import metrics
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.steps import judge
 
 NOW = 1764500000.25
 

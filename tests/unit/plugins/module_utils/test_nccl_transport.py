@@ -1,4 +1,4 @@
-"""NCCL transport check (module_utils/_nccl_transport.py): parsing NCCL's INFO log and the verdict.
+"""NCCL transport check (module_utils/hardware/nccl_transport.py): parsing NCCL's INFO log and the verdict.
 
 The CONSTRUCTED logs below follow the line formats of NCCL 2.2x; the logs recorded on the
 real H200 hosts are replayed by test_recorded_logs (tests/unit/fixtures/nccl/).
@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._nccl_transport import parse, verdict
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.nccl_transport import parse, verdict
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "nccl")
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _node_exporter as ne
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting import node_exporter as ne
 
 DEBIAN_ARGS_DEFAULT = """# Set the command-line arguments to pass to the server.
 # Due to shell escaping, to pass backslashes for regexes, you need to double

@@ -2,7 +2,7 @@
 # Copyright: stacktune contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""PCIe paths, ACS, GPUDirect RDMA verdicts and the NVSwitch fabric (_pcie), through the facts builder.
+"""PCIe paths, ACS, GPUDirect RDMA verdicts and the NVSwitch fabric (hardware/pcie.py), through the facts builder.
 
 Fixtures:
 - tests/unit/fixtures/pcie/two_socket_switches_constructed.json: CONSTRUCTED by hand, not
@@ -28,9 +28,13 @@ import struct
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _hostprobe as probe
-from ansible_collections.stacktune.gpu.plugins.module_utils import _pcie as pcie
-from ansible_collections.stacktune.gpu.plugins.module_utils import _topology as topo
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import hostprobe as probe
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import acs as pcie_acs
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import fabric as pcie_fabric
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import pcie
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import pcie_render as pcie_pcie_render
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import topology as topo
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import topology_table as topo_topology_table
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures")
 
@@ -66,7 +70,7 @@ def config_space(kind, control=None):
         struct.pack_into("<I", data, 0x100, header(0x0001, 0x180, 2))
     else:
         struct.pack_into("<I", data, 0x100, header(0x0001, 0x148, 2))
-        struct.pack_into("<I", data, 0x148, header(pcie.EXT_CAP_ID_ACS, 0x180))
+        struct.pack_into("<I", data, 0x148, header(pcie_acs.EXT_CAP_ID_ACS, 0x180))
         if control is None:
             control = {"acs_redirect": 0x001D, "acs_clean": 0x0001}[kind]
         struct.pack_into("<HH", data, 0x14C, 0x005F, control)
@@ -307,7 +311,7 @@ def test_pcie_paths_list_every_gpu_and_nic_with_its_bridges(tmp_path, spec):
 
 def test_acs_bits_are_the_kernels():
     """PCI_ACS_SV ... PCI_ACS_DT of include/uapi/linux/pci_regs.h; ACS is extended capability 0x000D."""
-    assert [(bit, short) for bit, _name, short in pcie.ACS_BITS] == [
+    assert [(bit, short) for bit, _name, short in pcie_acs.ACS_BITS] == [
         (0x01, "SrcValid"),
         (0x02, "TransBlk"),
         (0x04, "ReqRedir"),
@@ -316,12 +320,12 @@ def test_acs_bits_are_the_kernels():
         (0x20, "EgressCtrl"),
         (0x40, "DirectTrans"),
     ]
-    assert pcie.ACS_REDIRECT_MASK == 0x04 | 0x08 | 0x20
-    assert pcie.EXT_CAP_ID_ACS == 0x0D
+    assert pcie_acs.ACS_REDIRECT_MASK == 0x04 | 0x08 | 0x20
+    assert pcie_acs.EXT_CAP_ID_ACS == 0x0D
 
 
 def test_acs_with_redirect_bits():
-    acs = pcie.parse_acs(config_space("acs_redirect"))
+    acs = pcie_acs.parse_acs(config_space("acs_redirect"))
     assert acs["config"] == "full"
     assert acs["present"] is True
     assert acs["offset"] == 0x148
@@ -345,36 +349,36 @@ def test_acs_with_redirect_bits():
 
 
 def test_acs_without_redirect_bits():
-    acs = pcie.parse_acs(config_space("acs_clean"))
+    acs = pcie_acs.parse_acs(config_space("acs_clean"))
     assert (acs["present"], acs["enabled"], acs["redirect"]) == (True, ["source_validation"], [])
     assert acs["text"] == "no P2P redirect (SrcValid)"
-    egress = pcie.parse_acs(config_space("acs_clean", control=0x0020))
+    egress = pcie_acs.parse_acs(config_space("acs_clean", control=0x0020))
     assert egress["redirect"] == ["p2p_egress_control"]
-    assert pcie.parse_acs(config_space("acs_clean", control=0))["text"] == "no ACS control bit set"
+    assert pcie_acs.parse_acs(config_space("acs_clean", control=0))["text"] == "no ACS control bit set"
 
 
 def test_config_space_without_acs_or_extended_space():
-    assert [c["id"] for c in pcie.extended_capabilities(config_space("no_acs"))] == [0x0001, 0x0019]
-    acs = pcie.parse_acs(config_space("no_acs"))
+    assert [c["id"] for c in pcie_acs.extended_capabilities(config_space("no_acs"))] == [0x0001, 0x0019]
+    acs = pcie_acs.parse_acs(config_space("no_acs"))
     assert (acs["config"], acs["present"], acs["text"]) == ("full", False, "no ACS capability")
-    basic = pcie.parse_acs(config_space("acs_redirect")[:256])
+    basic = pcie_acs.parse_acs(config_space("acs_redirect")[:256])
     assert (basic["config"], basic["present"]) == ("no_extended_space", False)
 
 
 def test_truncated_non_root_read():
     """Without CAP_SYS_ADMIN sysfs hands out the first 64 bytes of config space."""
-    acs = pcie.parse_acs(config_space("acs_redirect")[:64])
+    acs = pcie_acs.parse_acs(config_space("acs_redirect")[:64])
     assert acs["config"] == "not_root"
     assert acs["present"] is None
     assert acs["text"] == "unreadable (not root): 64 bytes of config space readable"
-    assert pcie.parse_acs(None)["config"] == "unreadable"
+    assert pcie_acs.parse_acs(None)["config"] == "unreadable"
 
 
 def test_extended_capability_walk_stops_on_a_loop():
     data = bytearray(config_space("no_acs"))
     struct.pack_into("<I", data, 0x180, 0x0019 | (1 << 16) | (0x100 << 20))  # points back to 0x100
-    assert [c["offset"] for c in pcie.extended_capabilities(bytes(data))] == [0x100, 0x180]
-    assert pcie.extended_capabilities(b"\xff" * 4096) == []
+    assert [c["offset"] for c in pcie_acs.extended_capabilities(bytes(data))] == [0x100, 0x180]
+    assert pcie_acs.extended_capabilities(b"\xff" * 4096) == []
 
 
 # --------------------------------------------------------------------------- verdicts and findings
@@ -430,7 +434,7 @@ def test_verdicts_and_findings_of_the_constructed_host(tmp_path, spec):
 
 def test_table_lines(tmp_path, spec):
     materialize(tmp_path, spec)
-    lines = topo.render_table(facts_of(tmp_path, spec)).splitlines()
+    lines = topo_topology_table.render_table(facts_of(tmp_path, spec)).splitlines()
     assert "nic     pci           gpu0  gpu1  gpu2  gpu3" in lines
     assert "mlx5_0  0000:04:00.0  PIX   PXB   PHB   SYS" in lines
     assert "GPUDirect RDMA possible for 1 of 12 GPU-RDMA NIC pairs" in lines
@@ -451,7 +455,7 @@ def test_non_root_config_leaves_acs_unknown(tmp_path, spec):
     ]
     assert pair(facts, 2, "mlx5_0")["verdict"] == "not_possible"  # PHB: ACS does not decide it
     assert "acs_redirect_on_gpu_nic_path" not in [f["id"] for f in facts["findings"]]
-    assert "ACS unknown: 0000:00:01.0, " in topo.render_table(facts)
+    assert "ACS unknown: 0000:00:01.0, " in topo_topology_table.render_table(facts)
 
 
 def test_peermem_absent_with_the_proprietary_module(tmp_path, spec):
@@ -571,7 +575,7 @@ def test_no_rdma_nic_at_all(tmp_path, spec):
     assert {p["verdict"] for p in gpudirect["pairs"]} == {"not_applicable"}
     assert [n["nics"] for n in gpudirect["nearest_nic"]] == [["eth0"]] * 3 + [["eth0"]]
     assert not [f for f in facts["findings"] if f["id"].startswith(("gpu_nic", "gpudirect", "acs_"))]
-    lines = topo.render_table(facts).splitlines()
+    lines = topo_topology_table.render_table(facts).splitlines()
     assert "GPUDirect RDMA: " + pcie.NO_RDMA_STATEMENT in lines
     assert not [line for line in lines if "peer memory" in line]
 
@@ -617,7 +621,7 @@ def fm_commands(version, active="active"):
                 "/usr/bin/systemctl",
                 "show",
                 "--property=LoadState,ActiveState,SubState",
-                pcie.FABRIC_MANAGER_UNIT,
+                pcie_fabric.FABRIC_MANAGER_UNIT,
             ],
             "rc": 0,
             "stdout": "LoadState=loaded\nActiveState=%s\nSubState=%s\n"
@@ -672,7 +676,7 @@ def test_nvswitch_fabric_manager_mismatch_and_a_gpu_outside_the_fabric(tmp_path,
     mismatch = next(f for f in facts["findings"] if f["id"] == "fabric_manager_version_mismatch")
     assert mismatch["evidence"] == {"fabric_manager_version": "570.133.20", "driver_version": "580.159.04"}
     assert "NVSwitch: 2 on PCI, 0 GPU(s) NVLinked to one; fabric manager active, 570.133.20 DIFFERS from driver " in (
-        topo.render_table(facts)
+        topo_topology_table.render_table(facts)
     )
 
 
@@ -712,9 +716,9 @@ def test_gpus_outside_any_fabric_are_no_finding(tmp_path, spec):
     ],
 )
 def test_fabric_manager_version_from_the_package(text, version):
-    assert pcie.parse_package_version(text) == version
+    assert pcie_fabric.parse_package_version(text) == version
     commands = {"fabricmanager_package": {"argv": ["dpkg-query"], "rc": 0, "stdout": text, "stderr": None}}
-    assert pcie.fabric_manager(commands, "550.54.15")["version"] == version
+    assert pcie_fabric.fabric_manager(commands, "550.54.15")["version"] == version
 
 
 # --------------------------------------------------------------------------- recording
@@ -767,7 +771,7 @@ def test_recorded_h200_hosts_have_no_rdma_nic(name):
     assert [e["role"] for e in facts["pcie_paths"]] == ["gpu"] * facts["gpu_count"] + ["nic"]
     eth0 = facts["pcie_paths"][-1]
     assert (eth0["address"], eth0["host_bridge"], eth0["bridges"][0:0]) == ("0000:00:03.0", "pci0000:00", [])
-    assert "GPUDirect RDMA: " + pcie.NO_RDMA_STATEMENT in topo.render_table(facts).splitlines()
+    assert "GPUDirect RDMA: " + pcie.NO_RDMA_STATEMENT in topo_topology_table.render_table(facts).splitlines()
     assert not [f for f in facts["findings"] if f["id"] in ("acs_redirect_on_gpu_nic_path", "gpu_nic_far")]
     switched = name == "h200x2.json"
     assert facts["fabric"]["nvswitch"] is (True if switched else None)
@@ -857,7 +861,7 @@ def test_collect_commands_for_the_fabric(monkeypatch):
         "nvidia-fabricmanager.service",
     ]
     assert seen[1][:2] == ["/usr/bin/dpkg-query", "-W"]
-    manager = pcie.fabric_manager(commands, "580.159.04")
+    manager = pcie_fabric.fabric_manager(commands, "580.159.04")
     assert (manager["active_state"], manager["version"], manager["agree"]) == ("active", "580.159.04", True)
     assert probe.collect_commands(run, libraries=False) == {}
 
@@ -913,29 +917,33 @@ TOPO_M = (
 
 
 def test_parse_nvidia_smi_topo():
-    matrix = pcie.parse_nvidia_smi_topo("\x1b[4m" + TOPO_M.replace("\n", "\x1b[0m\n", 1))
+    matrix = pcie_pcie_render.parse_nvidia_smi_topo("\x1b[4m" + TOPO_M.replace("\n", "\x1b[0m\n", 1))
     assert matrix[("GPU0", "GPU1")] == "PXB"
     assert matrix[("GPU0", "GPU0")] == "X"
     assert matrix[("GPU1", "mlx5_0")] == "PXB"
     assert matrix[("mlx5_0", "GPU0")] == "PIX"
     assert ("GPU0", "CPU Affinity") not in matrix
-    assert pcie.parse_nvidia_smi_topo("") == {}
+    assert pcie_pcie_render.parse_nvidia_smi_topo("") == {}
 
 
 def test_our_classes_agree_with_nvidia_smi_on_the_constructed_host(tmp_path, spec):
     materialize(tmp_path, spec)
     facts = facts_of(tmp_path, spec)
-    assert pcie.compare_with_nvidia_smi(facts, pcie.parse_nvidia_smi_topo(TOPO_M)) == []
+    assert pcie_pcie_render.compare_with_nvidia_smi(facts, pcie_pcie_render.parse_nvidia_smi_topo(TOPO_M)) == []
     moved = TOPO_M.replace("GPU3\tSYS\tSYS\tSYS\t X \tSYS\tSYS\tPIX", "GPU3\tSYS\tSYS\tSYS\t X \tSYS\tSYS\tPXB")
-    assert pcie.compare_with_nvidia_smi(facts, pcie.parse_nvidia_smi_topo(moved)) == [("GPU3", "mlx5_2", "PIX", "PXB")]
+    assert pcie_pcie_render.compare_with_nvidia_smi(facts, pcie_pcie_render.parse_nvidia_smi_topo(moved)) == [
+        ("GPU3", "mlx5_2", "PIX", "PXB")
+    ]
 
 
 def test_nvlink_cells_are_held_against_the_nvml_matrix():
     facts = topo.assemble(load("topology", "h200x2.json"))
     text = "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\nGPU0\t X \tNV18\t0-31\t0\t\tN/A\n"
     text += "GPU1\tNV18\t X \t0-31\t0\t\tN/A\n"
-    assert pcie.compare_with_nvidia_smi(facts, pcie.parse_nvidia_smi_topo(text)) == []
-    assert pcie.compare_with_nvidia_smi(facts, pcie.parse_nvidia_smi_topo(text.replace("NV18", "NV12"))) == [
+    assert pcie_pcie_render.compare_with_nvidia_smi(facts, pcie_pcie_render.parse_nvidia_smi_topo(text)) == []
+    assert pcie_pcie_render.compare_with_nvidia_smi(
+        facts, pcie_pcie_render.parse_nvidia_smi_topo(text.replace("NV18", "NV12"))
+    ) == [
         ("GPU0", "GPU1", "NV18", "NV12"),
         ("GPU1", "GPU0", "NV18", "NV12"),
     ]
@@ -954,8 +962,8 @@ def recordings_with_topo():
 @pytest.mark.parametrize("path", recordings_with_topo() or [None])
 def test_recorded_hosts_agree_with_nvidia_smi(path):
     raw = load("topology", os.path.basename(path))
-    matrix = pcie.parse_nvidia_smi_topo(raw["commands"]["nvidia_smi_topo"]["stdout"])
-    assert pcie.compare_with_nvidia_smi(topo.assemble(raw), matrix) == []
+    matrix = pcie_pcie_render.parse_nvidia_smi_topo(raw["commands"]["nvidia_smi_topo"]["stdout"])
+    assert pcie_pcie_render.compare_with_nvidia_smi(topo.assemble(raw), matrix) == []
 
 
 def test_recorded_h200_format2_as_root():

@@ -15,8 +15,8 @@ import os
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _topology as topo
-from ansible_collections.stacktune.gpu.plugins.module_utils._preflight import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import topology as topo
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.preflight import (
     findings_at_or_above,
     run_preflight,
     validate_policy,

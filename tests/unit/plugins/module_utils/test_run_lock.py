@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import (
     HostLocked,
     LeaseLost,
     LockTimeout,
@@ -21,7 +21,7 @@ COLLECTIONS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "c
 
 HOLDER = """
 import sys, time
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import open_journal
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import open_journal
 journal = open_journal(sys.argv[2], root=sys.argv[1])
 journal.lock(5)
 print("held", flush=True)

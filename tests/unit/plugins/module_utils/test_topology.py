@@ -22,7 +22,10 @@ import os
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _topology as topo
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import constants as topo_constants
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import parsers as topo_parsers
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import topology as topo
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import topology_table as topo_topology_table
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "topology")
 
@@ -247,7 +250,7 @@ def finding_ids(facts):
     ],
 )
 def test_parse_cpulist(text, expected):
-    assert topo.parse_cpulist(text) == expected
+    assert topo_parsers.parse_cpulist(text) == expected
 
 
 @pytest.mark.parametrize(
@@ -267,7 +270,7 @@ def test_parse_cpulist(text, expected):
     ],
 )
 def test_parse_pcie_gen(text, gen):
-    assert topo.parse_pcie_gen(text) == gen
+    assert topo_parsers.parse_pcie_gen(text) == gen
 
 
 @pytest.mark.parametrize(
@@ -282,7 +285,7 @@ def test_parse_pcie_gen(text, gen):
     ],
 )
 def test_parse_bracketed(text, value):
-    assert topo.parse_bracketed(text) == value
+    assert topo_parsers.parse_bracketed(text) == value
 
 
 @pytest.mark.parametrize(
@@ -306,7 +309,7 @@ def test_parse_bracketed(text, value):
     ],
 )
 def test_parse_iommu_cmdline(cmdline, mode):
-    assert topo.parse_iommu_cmdline(cmdline) == mode
+    assert topo_parsers.parse_iommu_cmdline(cmdline) == mode
 
 
 @pytest.mark.parametrize(
@@ -329,7 +332,7 @@ def test_parse_iommu_cmdline(cmdline, mode):
     ],
 )
 def test_parse_driver_version(text, version):
-    assert topo.parse_driver_version(text) == version
+    assert topo_parsers.parse_driver_version(text) == version
 
 
 def test_parse_cpuinfo_takes_the_first_cpu():
@@ -337,24 +340,31 @@ def test_parse_cpuinfo_takes_the_first_cpu():
         "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9654 96-Core Processor\n"
         "microcode\t: 0xa101148\n\nprocessor\t: 1\nmodel name\t: other\nmicrocode\t: 0x1\n"
     )
-    assert topo.parse_cpuinfo(text) == {"model": "AMD EPYC 9654 96-Core Processor", "microcode": "0xa101148"}
+    assert topo_parsers.parse_cpuinfo(text) == {"model": "AMD EPYC 9654 96-Core Processor", "microcode": "0xa101148"}
 
 
 def test_parse_cpuinfo_without_microcode_line():
     # arm64 /proc/cpuinfo has neither line.
     text = "processor\t: 0\nBogoMIPS\t: 2000.00\nCPU implementer\t: 0x41\nCPU part\t: 0xd4f\n"
-    assert topo.parse_cpuinfo(text) == {"model": None, "microcode": None}
+    assert topo_parsers.parse_cpuinfo(text) == {"model": None, "microcode": None}
 
 
 def test_parse_os_release_strips_quotes():
     text = 'PRETTY_NAME="Ubuntu 24.04.1 LTS"\nNAME="Ubuntu"\nVERSION_ID="24.04"\nID=ubuntu\n# comment\n'
-    assert topo.parse_os_release(text) == {"id": "ubuntu", "version_id": "24.04", "pretty_name": "Ubuntu 24.04.1 LTS"}
-    assert topo.parse_os_release(None) == {"id": None, "version_id": None, "pretty_name": None}
+    assert topo_parsers.parse_os_release(text) == {
+        "id": "ubuntu",
+        "version_id": "24.04",
+        "pretty_name": "Ubuntu 24.04.1 LTS",
+    }
+    assert topo_parsers.parse_os_release(None) == {"id": None, "version_id": None, "pretty_name": None}
 
 
 def test_parse_node_meminfo():
-    assert topo.parse_node_meminfo_total_kib("Node 0 MemTotal:        6121684 kB\nNode 0 MemFree: 1 kB\n") == 6121684
-    assert topo.parse_node_meminfo_total_kib(None) is None
+    assert (
+        topo_parsers.parse_node_meminfo_total_kib("Node 0 MemTotal:        6121684 kB\nNode 0 MemFree: 1 kB\n")
+        == 6121684
+    )
+    assert topo_parsers.parse_node_meminfo_total_kib(None) is None
 
 
 @pytest.mark.parametrize(
@@ -370,7 +380,7 @@ def test_parse_node_meminfo():
     ],
 )
 def test_normalize_bus_id(bus_id, normal):
-    assert topo.normalize_bus_id(bus_id) == normal
+    assert topo_parsers.normalize_bus_id(bus_id) == normal
 
 
 @pytest.mark.parametrize(
@@ -383,12 +393,12 @@ def test_normalize_bus_id(bus_id, normal):
     ],
 )
 def test_pci_address_from_path(path, address):
-    assert topo.pci_address_from_path(path) == address
+    assert topo_parsers.pci_address_from_path(path) == address
 
 
 @pytest.mark.parametrize(("value", "text"), [(13000, "13.0"), (12040, "12.4"), (11080, "11.8"), (None, None)])
 def test_format_cuda_version(value, text):
-    assert topo.format_cuda_version(value) == text
+    assert topo_parsers.format_cuda_version(value) == text
 
 
 @pytest.mark.parametrize(
@@ -403,7 +413,7 @@ def test_format_cuda_version(value, text):
     ],
 )
 def test_decode_clocks_event_reasons(mask, names):
-    assert topo.decode_clocks_event_reasons(mask) == names
+    assert topo_parsers.decode_clocks_event_reasons(mask) == names
 
 
 def test_parse_ldconfig_and_library_versions():
@@ -412,14 +422,14 @@ def test_parse_ldconfig_and_library_versions():
         "\tlibcudart.so.13 (libc6,x86-64) => /usr/local/cuda-13.0/lib/libcudart.so.13\n"
         "553 libs found in cache `/etc/ld.so.cache'\n"
     )
-    assert topo.parse_ldconfig(text) == [
+    assert topo_parsers.parse_ldconfig(text) == [
         ("libnccl.so.2", "libc6,x86-64", "/usr/lib/x86_64-linux-gnu/libnccl.so.2"),
         ("libcudart.so.13", "libc6,x86-64", "/usr/local/cuda-13.0/lib/libcudart.so.13"),
     ]
-    assert topo.library_version_from_filename("libnccl.so.2.28.3", "nccl") == "2.28.3"
-    assert topo.library_version_from_filename("libcudnn.so.9", "cudnn") == "9"
-    assert topo.library_version_from_filename("libcudnn_ops.so.9.1.0", "cudnn") is None
-    assert topo.version_tuple("12.4.127") > topo.version_tuple("12.4.99")
+    assert topo_parsers.library_version_from_filename("libnccl.so.2.28.3", "nccl") == "2.28.3"
+    assert topo_parsers.library_version_from_filename("libcudnn.so.9", "cudnn") == "9"
+    assert topo_parsers.library_version_from_filename("libcudnn_ops.so.9.1.0", "cudnn") is None
+    assert topo_constants.version_order("12.4.127") > topo_constants.version_order("12.4.99")
 
 
 def test_replay_reader_answers_only_what_was_recorded():
@@ -793,7 +803,7 @@ def test_p2p_direct_nvlink_counts_links(degraded_raw):
 
 
 def test_table_of_the_degraded_node(degraded_raw):
-    table = topo.render_table(topo.assemble(degraded_raw))
+    table = topo_topology_table.render_table(topo.assemble(degraded_raw))
     lines = table.splitlines()
     assert lines[0].split() == [
         "idx",
@@ -825,7 +835,7 @@ def test_table_of_the_degraded_node(degraded_raw):
 
 def test_table_without_gpus(no_gpu_raw):
     facts = topo.assemble(no_gpu_raw)
-    lines = topo.render_table(facts).splitlines()
+    lines = topo_topology_table.render_table(facts).splitlines()
     assert lines[0] == "GPUs: none (%s)" % facts["reason"]
     assert "CUDA runtime  13.0.96" in lines
     assert lines[-1] == "  [info] host: NVML is unavailable and no NVIDIA GPU is on the PCI bus"
@@ -892,10 +902,10 @@ def test_two_h200_over_nvswitch_recording():
     assert facts["gpudirect"]["applies"] is False
     assert facts["gpudirect"]["statement"].startswith("no RDMA NIC on this host")
     assert facts["fabric"]["gpus_on_nvswitch"] == [0, 1]
-    table = topo.render_table(facts)
+    table = topo_topology_table.render_table(facts)
     assert "p2p   gpu0  gpu1\n" in table
     assert "gpu0  X     NV18\ngpu1  NV18  X\n" in table
 
 
 def test_one_gpu_prints_no_p2p_matrix(no_gpu_raw):
-    assert "p2p" not in topo.render_table(topo.assemble(no_gpu_raw))
+    assert "p2p" not in topo_topology_table.render_table(topo.assemble(no_gpu_raw))

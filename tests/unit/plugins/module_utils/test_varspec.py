@@ -1,11 +1,11 @@
-"""Strict variable checks against argument specs (module_utils/_varspec.py)."""
+"""Strict variable checks against argument specs (module_utils/policy/varspec.py)."""
 
 import os
 
 import pytest
 import yaml
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._varspec import MISSING, RULES, check
+from ansible_collections.stacktune.gpu.plugins.module_utils.policy.varspec import MISSING, RULES, check
 
 ROLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles")
 
@@ -167,7 +167,7 @@ def test_every_rule_names_a_variable_some_role_declares():
 
 
 def test_misspelled_variables_name_the_one_meant():
-    from ansible_collections.stacktune.gpu.plugins.module_utils._varspec import misspelled
+    from ansible_collections.stacktune.gpu.plugins.module_utils.policy.varspec import misspelled
 
     known = {"stacktune_layers", "kernel_sysctl", "memory_shm_size", "nccl_conf_path", "stacktune_gate"}
     given = {
@@ -192,7 +192,7 @@ def test_misspelled_variables_name_the_one_meant():
 
 
 def test_removed_variables_are_refused_naming_their_replacement():
-    from ansible_collections.stacktune.gpu.plugins.module_utils._varspec import misspelled, renamed
+    from ansible_collections.stacktune.gpu.plugins.module_utils.policy.varspec import misspelled, renamed
 
     given = {"metrics_textfile_path": "/x/stacktune.prom", "acceptance_metrics_path": "", "metrics_enabled": True}
     messages = renamed(given)

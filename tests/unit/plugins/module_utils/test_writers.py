@@ -1,10 +1,10 @@
-"""Other writers of what stacktune manages (module_utils/_writers.py) on a constructed host tree."""
+"""Other writers of what stacktune manages (module_utils/engine/writers.py) on a constructed host tree."""
 
 import os
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context
-from ansible_collections.stacktune.gpu.plugins.module_utils._preflight import run_preflight
-from ansible_collections.stacktune.gpu.plugins.module_utils._writers import host_writers, later_dropins
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.preflight import run_preflight
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.writers import host_writers, later_dropins
 
 
 def write(root, path, text):

@@ -17,7 +17,9 @@ import time
 
 import pytest
 
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import process as workloads_process
 from ansible_collections.stacktune.gpu.plugins.modules import bench
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import program as workload_program
 
 
 def params(**extra):
@@ -60,17 +62,17 @@ def test_stopping_the_runner_removes_its_folder(runner):
 
 
 def test_the_runner_ends_when_its_run_loses_the_host(tmp_path, monkeypatch):
-    from ansible_collections.stacktune.gpu.plugins.module_utils import _workloads
 
     lock = tmp_path / "run.lock"
     lock.write_text(json.dumps({"holder": {"run_id": "r1", "expires_ts": time.time() + 600}, "past": []}))
     sock = os.path.join(bench.runner_folder(), "runner.sock")
     cfg = {"serve": {"socket": sock, "run_id": "r1", "lock_path": str(lock), "idle_s": 60, "preload": []}}
-    with open(_workloads.__file__) as handle:
-        program = os.path.join(os.path.dirname(sock), "p.py")
-        with open(program, "w") as out:
-            out.write(handle.read())
-    proc = _workloads.start_detached([sys.executable, program, json.dumps(cfg)], str(tmp_path), str(tmp_path / "log"))
+    program = os.path.join(os.path.dirname(sock), "p.py")
+    with open(program, "w") as out:
+        out.write(bench.workload_source())
+    proc = workloads_process.start_detached(
+        [sys.executable, program, json.dumps(cfg)], str(tmp_path), str(tmp_path / "log")
+    )
     deadline = time.time() + 10
     while not os.path.exists(sock) and time.time() < deadline:
         time.sleep(0.05)
@@ -103,15 +105,15 @@ def test_a_killed_runners_folder_is_swept_and_a_live_ones_kept(runner, tmp_path)
 
 def test_a_runner_imports_what_its_workloads_need_and_says_what_it_took():
     # CPU workloads need nothing beyond the standard library: a runner for them imports no torch
-    assert bench._workloads.runner_preload(["cpu_train_step", "shm_pingpong"]) == []
+    assert workload_program.runner_preload(["cpu_train_step", "shm_pingpong"]) == []
     # GPU workloads: torch first, then each workload's own set-up imports, once each
-    assert bench._workloads.runner_preload(["train_step", "dataloader", "train_step"]) == [
+    assert workload_program.runner_preload(["train_step", "dataloader", "train_step"]) == [
         "torch",
         "torch._dynamo",
         "torch.optim",
         "torch.utils.data",
     ]
-    assert bench._workloads.runner_preload(["gemm"]) == ["torch"]
+    assert workload_program.runner_preload(["gemm"]) == ["torch"]
 
 
 def test_the_runner_reports_its_imports(runner):
@@ -120,7 +122,7 @@ def test_the_runner_reports_its_imports(runner):
 
 
 def test_an_import_that_fails_is_reported_and_the_runner_still_starts(tmp_path):
-    imports = bench._workloads._preload(["json", "stacktune_no_such_module"], str(tmp_path))
+    imports = workload_program._preload(["json", "stacktune_no_such_module"], str(tmp_path))
     assert [i["module"] for i in imports] == ["json", "stacktune_no_such_module"]
     assert imports[0]["error"] is None
     assert "ModuleNotFoundError" in imports[1]["error"]

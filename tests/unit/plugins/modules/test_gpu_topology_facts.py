@@ -20,7 +20,7 @@ import pytest
 
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.stacktune.gpu.plugins.module_utils import _topology as topo
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import topology as topo
 from ansible_collections.stacktune.gpu.plugins.modules import gpu_topology_facts
 
 MODULE_PATH = gpu_topology_facts.__file__

@@ -19,9 +19,9 @@ import pytest
 
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._engine import Engine
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import open_journal, unowned_files
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.engine import Engine
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import open_journal, unowned_files
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context
 from ansible_collections.stacktune.gpu.plugins.modules import journal_info
 
 JOURNAL = "/var/lib/stacktune"
@@ -149,7 +149,7 @@ def test_a_missing_directory_is_no_error(tmp_path):
 
 def test_a_read_only_run_checks_the_lock_in_the_same_call(fakeroot, capsys):
     """Verify and a drift report check the run lock in the listing's module run: one module run per host."""
-    from ansible_collections.stacktune.gpu.plugins.module_utils._journal import RunLock
+    from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import RunLock
 
     engine(fakeroot, "nccl").apply(NCCL, "run1")
     free = run_module(capsys, fakeroot, verify=True, check_lock_for="drift-1")

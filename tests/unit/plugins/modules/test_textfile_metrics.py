@@ -14,7 +14,7 @@ import pytest
 
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import Journal, new_entry
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import Journal, new_entry
 from ansible_collections.stacktune.gpu.plugins.modules import textfile_metrics
 
 

@@ -18,9 +18,9 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.stacktune.gpu.plugins.filter.verify_table import verify_table
-from ansible_collections.stacktune.gpu.plugins.module_utils._engine import Engine
-from ansible_collections.stacktune.gpu.plugins.module_utils._journal import open_journal
-from ansible_collections.stacktune.gpu.plugins.module_utils._kind_base import Context
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.engine import Engine
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import open_journal
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._verify_table import COLUMNS, render_layer, show_value
 
 KERNEL = [

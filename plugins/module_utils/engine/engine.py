@@ -1,0 +1,761 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The settings engine: every change stacktune makes goes through here.
+
+One flow for every kind of setting:
+``normalize`` (validate everything before touching anything) -> ``observe`` (live and
+persisted state) -> plan -> write-ahead journal (originals and the pre-apply snapshot)
+-> write persistence units, then live values -> observe again -> per-setting status ->
+journal. ``verify`` observes only; ``restore`` puts the units and live values of a layer
+back to its pre-apply snapshot or to the pre-stacktune original.
+
+Crash safety: the journal entry is saved (atomically) with state ``applying`` and the
+pre-apply snapshot before the first write. A layer found ``applying`` was interrupted
+mid-write: ``apply`` first puts it back to that snapshot and then applies afresh, so a
+re-run converges to what an uninterrupted run does and reports (and measures) the change.
+``recover`` does the same for a layer an interrupted run left ``applied`` but never
+judged by the gate. Restores are idempotent: a restore killed halfway is simply run again.
+
+Per-setting status: ``ok`` (already as wanted), ``changed``, ``drift`` (verify: differs),
+``pending_reboot`` (persisted, takes effect at boot) or ``unsupported`` (with the reason,
+e.g. a read-only /proc/sys in a container: the value is persisted, not applied live).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+import datetime
+import re
+
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine import fileops
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import UntrustedJournal, new_entry
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import SpecError, Unsupported
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.file import check_path
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.units import DROPINS, KINDS, UnitFiles, unit_key
+
+_INTEGER = re.compile(r"^-?[0-9]+$")
+ACTIVE_STATES = ("applying", "applied", "suspended", "kept")
+# States a run leaves only while it works: found by another run (or by an apply), the
+# layer is put back to its snapshot first (``recover``).
+INTERRUPTED_STATES = ("applying", "applied", "suspended")
+
+
+def now():
+    return datetime.datetime.utcnow().replace(microsecond=0).isoformat() + "Z"
+
+
+def _setting_id(s):
+    return s["id"]
+
+
+def kill_point(point, layer):
+    fileops.kill_point(point, layer)
+
+
+def unit_allowed(unit, layer):
+    """Whether a unit of a journal record lies where its kind writes for this layer: the
+    kind's own drop-in, /etc/fstab for a mount, a file the file kinds may own."""
+    kind, path = unit.get("kind"), unit.get("path")
+    if unit.get("type") == "dropin":
+        return kind in DROPINS and path == DROPINS[kind] % layer
+    if unit.get("type") == "line" and kind == "mount":
+        return path == "/etc/fstab"
+    if unit.get("type") in ("line", "file") and kind in ("env_var", "file"):
+        try:
+            check_path(path, kind)
+        except SpecError:
+            return False
+        return (unit["type"] == "line") == (kind == "env_var")
+    return False
+
+
+def check_record(entry, path):
+    """Refuse a record whose settings name unknown kinds or whose units lie elsewhere."""
+    layer = entry["layer"]
+    for s in entry["settings"] + list(entry["known"].values()):
+        if s["kind"] not in KINDS:
+            raise UntrustedJournal(
+                "journal %s names a setting of unknown kind %r; stacktune will not restore from it" % (path, s["kind"])
+            )
+    for target in (entry["original"], entry.get("snapshot") or {"units": {}}):
+        for unit in target["units"].values():
+            if not unit_allowed(unit, layer):
+                raise UntrustedJournal(
+                    "journal %s would restore %s (a %s unit of kind %s), which is not where layer %s's settings "
+                    "live; stacktune will not restore from it"
+                    % (path, unit.get("path"), unit.get("type"), unit.get("kind"), layer)
+                )
+
+
+def _same_settings(a, b):
+    return sorted(a or [], key=_setting_id) == sorted(b or [], key=_setting_id)
+
+
+def _restored_row(sid, s, original, obs, status, reason, wrote):
+    """One live value's row in a restore's result."""
+    return {
+        "id": sid,
+        "kind": s["kind"],
+        "key": s["key"],
+        "expected": original,
+        "live": obs["live"],
+        "persisted": None,
+        "status": status,
+        "reason": reason,
+        "changed": wrote,
+    }
+
+
+class Engine(UnitFiles):
+    def __init__(self, ctx, journal, check_mode=False, retry_rejected=False):
+        self.ctx = ctx
+        self.journal = journal
+        self.check_mode = check_mode
+        self.retry_rejected = retry_rejected
+        self.notes = []
+        self.variables = {}  # setting id -> the role variable it came from, for messages
+
+    # ------------------------------------------------------------------ journal
+    def load(self, layer):
+        """A layer's journal record, refused when it names a kind this engine does not know
+        or a unit outside what that kind may write (UntrustedJournal)."""
+        entry = self.journal.load(layer)
+        if entry is not None:
+            check_record(entry, self.journal.path(layer))
+        return entry
+
+    # ------------------------------------------------------------------ normalise
+    def normalize(self, specs):
+        """Validate and expand requested settings. Raises SpecError naming the item."""
+        settings, unsupported, seen = [], [], set()
+        for index, spec in enumerate(specs or []):
+            if not isinstance(spec, dict):
+                raise SpecError("settings[%d] must be a dict, got %s" % (index, type(spec).__name__))
+            kind = KINDS.get(spec.get("kind"))
+            if kind is None:
+                raise SpecError(
+                    "settings[%d].kind %r is not one of %s" % (index, spec.get("kind"), ", ".join(sorted(KINDS)))
+                )
+            try:
+                expanded = kind.expand(spec, self.ctx)
+            except SpecError as exc:
+                origin = "%s: " % spec["var"] if spec.get("var") else ""
+                raise SpecError(
+                    "%ssettings[%d] (%s %s): %s" % (origin, index, spec.get("kind"), spec.get("key"), exc)
+                ) from None
+            except Unsupported as exc:
+                unsupported.append(
+                    {
+                        "id": "%s:%s" % (spec.get("kind"), spec.get("key")),
+                        "kind": spec.get("kind"),
+                        "key": spec.get("key"),
+                        "expected": spec.get("value"),
+                        "live": None,
+                        "persisted": None,
+                        "status": "unsupported",
+                        "reason": str(exc),
+                        "changed": False,
+                    }
+                )
+                continue
+            at_least = spec.get("at_least", False)
+            if not isinstance(at_least, bool):
+                raise SpecError("settings[%d].at_least must be true or false, got %r" % (index, at_least))
+            for s in expanded:
+                if s["id"] in seen:
+                    raise SpecError("settings[%d]: %s is requested twice" % (index, s["id"]))
+                if at_least:
+                    if not _INTEGER.match(str(s["value"])):
+                        raise SpecError(
+                            "%ssettings[%d] (%s): at_least needs an integer value, got %r"
+                            % ("%s: " % spec["var"] if spec.get("var") else "", index, s["id"], s["value"])
+                        )
+                    s["at_least"] = True
+                seen.add(s["id"])
+                settings.append(s)
+                if spec.get("var"):
+                    self.variables[s["id"]] = spec["var"]
+        return settings, unsupported
+
+    def minimums(self, settings, entry):
+        """The settings to manage, less the minimums (``at_least``) the host meets by itself.
+
+        A minimum is compared with the host's own value: the original the journal kept while
+        the layer holds the setting (the live value is then stacktune's), else the live value.
+        A host at or above it keeps its value and the setting is left out, the same on every
+        run, so a second run changes nothing. The flag is not kept with the setting.
+        """
+        held = {s["id"] for s in entry["settings"]} if entry["state"] in ACTIVE_STATES else set()
+        out = []
+        for s in settings:
+            if not s.pop("at_least", False):
+                out.append(s)
+                continue
+            if s["id"] in held and s["id"] in entry["original"]["live"]:
+                own = entry["original"]["live"][s["id"]]
+            else:
+                obs = self.observe(s)
+                own = obs["live"] if obs["live_error"] is None else None
+            if own is not None and _INTEGER.match(str(own).strip()) and int(own) >= int(s["value"]):
+                self.notes.append(
+                    "%s: the host's own %s is at or above the minimum %s; left as it is" % (s["id"], own, s["value"])
+                )
+                continue
+            out.append(s)
+        return out
+
+    def check_ownership(self, layer, settings):
+        """Refuse settings that another active layer already manages."""
+        ids = {s["id"] for s in settings}
+        for other in self.journal.layers():
+            if other == layer:
+                continue
+            entry = self.load(other) or {}
+            if entry.get("state") not in ACTIVE_STATES:
+                continue
+            clash = ids.intersection(s["id"] for s in entry.get("settings", []))
+            if clash:
+                raise SpecError("%s already managed by layer %s" % (", ".join(sorted(clash)), other))
+
+    def observe(self, s):
+        """Live and persisted state of one setting."""
+        kind = KINDS[s["kind"]]
+        obs = {"live": None, "live_error": None, "writable": False, "why_not": None}
+        if kind.unit_is_live:
+            unit, err = self._unit(s)
+            obs["persisted"] = kind.persisted(s, self.read_unit(unit)) if unit else None
+            obs["live"] = obs["persisted"]
+            obs["writable"] = unit is not None
+            obs["why_not"] = err
+            obs["unit"] = unit
+            obs["boot"] = kind.boot_value(s, self.ctx) if unit else None
+            return obs
+        try:
+            obs["live"] = kind.read_live(s, self.ctx)
+        except Unsupported as exc:
+            obs["live_error"] = str(exc)
+        if obs["live_error"] is None:
+            obs["writable"], obs["why_not"] = kind.live_writable(s, self.ctx)
+        else:
+            obs["why_not"] = obs["live_error"]
+        unit, err = self._unit(s)
+        obs["unit"] = unit
+        obs["unit_error"] = err
+        obs["persisted"] = kind.persisted(s, self.read_unit(unit)) if unit else None
+        obs["boot"] = kind.boot_value(s, self.ctx) if unit else None
+        return obs
+
+    # ------------------------------------------------------------------ status
+    @staticmethod
+    def status_of(s, obs, wrote=False, predicted=False):
+        """Derive a setting's status from an observation (after apply, or for verify)."""
+        kind = KINDS[s["kind"]]
+        want = s["value"]
+        live_ok = obs["live_error"] is None and kind.same(obs["live"], want) if not predicted else obs["live_ok"]
+        has_unit = obs["unit"] is not None
+        persisted_ok = (not has_unit) or kind.same(obs["persisted"], want)
+        if obs.get("unit_error") and not kind.unit_is_live and not kind.reboot:
+            persisted_ok = True  # nothing to persist to; the live part decides
+        reason = None
+        if kind.reboot:
+            if not has_unit:
+                status, reason = "unsupported", obs.get("unit_error")
+            elif not persisted_ok:
+                status = "drift"
+            elif not live_ok:
+                status, reason = "pending_reboot", "persisted; takes effect at the next boot"
+            else:
+                status = "changed" if wrote else "ok"
+        elif not live_ok and not obs["writable"]:
+            if has_unit and not persisted_ok:
+                status = "drift"
+            else:
+                status = "unsupported"
+                reason = obs["why_not"] or obs["live_error"]
+                if has_unit:
+                    reason = "persisted; live apply not possible here: %s" % reason
+        elif live_ok and persisted_ok:
+            status = "changed" if wrote else "ok"
+        else:
+            status = "drift"
+        boot = obs.get("boot")
+        overridable = ("ok", "changed", "pending_reboot", "unsupported")
+        if status in overridable and has_unit and persisted_ok and boot is not None and not kind.same(boot[0], want):
+            status = "overridden"
+            value = "nothing (the setting is dropped)" if boot[0] is None else boot[0]
+            ours = boot[2] if len(boot) > 2 and boot[2] else want
+            why = "at the next boot %s sets %s; stacktune's %s sets %s" % (boot[1], value, obs["unit"]["path"], ours)
+            reason = why if reason is None or kind.reboot else "%s (%s)" % (why, reason)
+        return status, reason
+
+    @staticmethod
+    def result_row(s, obs, status, reason, wrote, before=None):
+        row = {
+            "id": s["id"],
+            "kind": s["kind"],
+            "key": s["key"],
+            "expected": s["value"],
+            "live": obs["live"],
+            "persisted": obs["persisted"] if obs["unit"] is not None else None,
+            "persisted_in": obs["unit"]["path"] if obs["unit"] is not None else None,
+            "at_boot": obs["boot"][0] if obs.get("boot") else None,
+            "at_boot_from": obs["boot"][1] if obs.get("boot") else None,
+            "status": status,
+            "reason": reason,
+            "changed": bool(wrote),
+        }
+        if before is not None:
+            row["live_before"] = before["live"]
+            row["persisted_before"] = before["persisted"] if before["unit"] is not None else None
+        return row
+
+    # ------------------------------------------------------------------ apply
+    def suspend(self, run_id):
+        """Switch an applied layer off for one measurement block.
+
+        The host goes back to the layer's snapshot (the state before its apply in this run);
+        the journal keeps the layer's settings and that snapshot, in state ``suspended``, so
+        ``reapply`` switches it on again and an interruption puts it back without a verdict.
+        """
+        layer = self.ctx.layer
+        entry = self.load(layer)
+        if entry is None or entry["state"] not in ("applied", "suspended") or not entry.get("snapshot"):
+            raise SpecError("layer %s has no settings applied in this run to switch off" % layer)
+        if entry["state"] == "suspended":
+            return self._summary("suspended", [], [], entry, changed=False, note="layer %s is off already" % layer)
+        result = self.restore("snapshot", run_id, entry=entry, recovering=True)
+        if not self.check_mode:
+            fileops.pause_point("mid_suspend", layer)
+            entry = self.load(layer)
+            entry["state"] = "suspended"
+            entry["history"].append({"time": now(), "run_id": run_id, "action": "suspend"})
+            self.journal.save(entry)
+        result["action"] = "suspended"
+        result["layer_state"] = "suspended"
+        return result
+
+    def reapply(self, run_id):
+        """Switch a layer that ``suspend`` took off on again, to measure it again.
+
+        The gate's balanced schedule toggles a layer off and on through here, so every toggle
+        is journaled, snapshotted and verified like any apply.
+        """
+        entry = self.load(self.ctx.layer)
+        if entry is None or entry["state"] != "suspended":
+            raise SpecError("layer %s is not switched off for a measurement; nothing to put back on" % self.ctx.layer)
+        return self.apply(None, run_id, given=copy.deepcopy(entry["settings"]))
+
+    def interrupt(self, run_id, reason):
+        """Put a layer this run was measuring back to its snapshot, because the run stopped.
+
+        The journal records the interruption, never a gate verdict: the next run measures
+        the layer again. A layer that is not being measured (kept, rolled back) is left as is.
+        """
+        result = self.recover(run_id, states=INTERRUPTED_STATES, reason=reason, own=True)
+        result["action"] = "interrupted"
+        return result
+
+    def apply(self, specs, run_id, from_journal=False, given=None):
+        layer = self.ctx.layer
+        stored = self.load(layer)
+        entry = stored or new_entry(layer)
+        resuming = given is not None and entry["state"] == "suspended"
+        # a layer a run left mid-apply, switched off or unjudged goes back to its snapshot first
+        # (the tune flow's run_lock does it for every layer; a real apply does it for its own)
+        interrupted = (
+            not resuming
+            and entry.get("snapshot")
+            and (
+                entry["state"] in ("applying", "suspended")
+                or (self.check_mode and entry["state"] == "applied" and entry.get("run_id") != run_id)
+            )
+        )
+        if interrupted and not self.check_mode:
+            self.recover(run_id, entry=entry, states=("applying", "suspended"), own=True)
+            stored = self.load(layer)
+            entry = stored or new_entry(layer)
+            interrupted = False
+        if given is not None:
+            settings, unsupported = given, []
+        elif from_journal:
+            if entry["state"] not in ACTIVE_STATES:
+                return self._summary(
+                    "present", [], [], entry, note="layer %s is %s: nothing to apply" % (layer, entry["state"])
+                )
+            settings, unsupported = copy.deepcopy(entry["settings"]), []
+        else:
+            settings, unsupported = self.normalize(specs)
+            settings = self.minimums(settings, entry)
+            self.check_ownership(layer, settings)
+        if (
+            not from_journal
+            and given is None
+            and not self.retry_rejected
+            and entry["state"] == "rolled_back"
+            and _same_settings(entry.get("rejected"), settings)
+        ):
+            note = (
+                "the gate rolled these settings back in run %s; not re-applied "
+                "(-e stacktune_retry_rejected=true, the module's retry_rejected, measures them again)"
+            )
+            return self._summary(
+                "present", [], unsupported, entry, note=note % entry.get("rejected_by", entry.get("run_id"))
+            )
+        new_ids = {s["id"] for s in settings}
+        if resuming:
+            previous = entry["snapshot"]["settings"]  # what the host holds while the layer is off
+        else:
+            previous = entry["settings"] if entry["state"] in ACTIVE_STATES else []
+        removed = [s for s in previous if s["id"] not in new_ids]
+
+        before = {s["id"]: self.observe(s) for s in settings}
+        units = self.desired_units(settings, before)
+        unit_changes = {k: u for k, u in units.items() if self.read_unit(u["unit"]) != u["text"]}
+        live_changes = [
+            s
+            for s in settings
+            if before[s["id"]]["writable"]
+            and not KINDS[s["kind"]].unit_is_live
+            and not KINDS[s["kind"]].same(before[s["id"]]["live"], s["value"])
+        ]
+        # units that only removed settings persisted through, and live values to put back
+        orphan_units = [
+            snap
+            for key, snap in entry["original"]["units"].items()
+            if key not in units and any(key == self._unit_key_of(s) for s in removed)
+        ]
+
+        rows = []
+        if self.check_mode:
+            if interrupted:
+                # the real run first puts the interrupted layer back to its snapshot
+                unit_changes, live_changes = self._changes_from_snapshot(entry["snapshot"], units, settings, before)
+            for s in settings:
+                obs = before[s["id"]]
+                wrote = s in live_changes or any(s["id"] in u["settings"] for u in unit_changes.values())
+                pred = dict(obs)
+                pred["live_ok"] = (
+                    obs["live_error"] is None and KINDS[s["kind"]].same(obs["live"], s["value"])
+                ) or s in live_changes
+                if KINDS[s["kind"]].unit_is_live and obs["unit"] is not None:
+                    pred["live_ok"] = True
+                if obs["unit"] is not None:
+                    pred["persisted"] = s["value"]
+                    key = unit_key(obs["unit"])
+                    if key in units:
+                        pending = {units[key]["unit"]["path"]: units[key]["text"]}
+                        pred["boot"] = KINDS[s["kind"]].boot_value(s, self.ctx, pending=pending)
+                status, reason = self.status_of(s, pred, wrote=wrote, predicted=True)
+                rows.append(self.result_row(s, obs, status, reason, wrote))
+            rows.extend(self._restore_removed(removed, entry, orphan_units))
+            return self._summary("present", rows, unsupported, entry)
+
+        # write-ahead: originals and the pre-apply snapshot, before any change (the record as
+        # it was is kept, to go back to when the kernel refuses a live value)
+        before_apply = copy.deepcopy(stored) if stored is not None else None
+        involved_units = {k: u["unit"] for k, u in units.items()}
+        for s in removed:
+            unit, _err = self._unit(s)
+            if unit is not None:
+                involved_units.setdefault(unit_key(unit), unit)
+        if entry["state"] not in ("applying", "suspended") or not entry.get("snapshot"):
+            entry["snapshot"] = {
+                "state": entry["state"],
+                "settings": copy.deepcopy(previous),
+                "live": {},
+                "units": {},
+            }
+        snap = entry["snapshot"]
+        for s in settings + removed:
+            if s["id"] not in snap["live"]:
+                obs = before.get(s["id"]) or self.observe(s)
+                snap["live"][s["id"]] = obs["live"] if obs["live_error"] is None else None
+            if s["id"] not in entry["original"]["live"]:
+                entry["original"]["live"][s["id"]] = snap["live"][s["id"]]
+            entry["known"][s["id"]] = s
+        for key, unit in involved_units.items():
+            if key not in snap["units"]:
+                snap["units"][key] = self.snapshot_unit(unit)
+            if key not in entry["original"]["units"]:
+                entry["original"]["units"][key] = snap["units"][key]
+        entry["state"] = "applying"
+        entry["run_id"] = run_id
+        entry["pending"] = copy.deepcopy(settings)
+        self.journal.save(entry)
+        kill_point("after_journal_write_ahead", layer)
+
+        # live values first: what the kernel refuses is never persisted for the next boot
+        written = []
+        for s in sorted(live_changes, key=self._write_rank):
+            try:
+                KINDS[s["kind"]].write_live(s, s["value"], self.ctx)
+            except (OSError, IOError) as exc:
+                self._undo_live(written, snap, entry, before_apply)
+                raise SpecError(
+                    "%sthe kernel refused %s = %s: %s; nothing was persisted and the layer is as it was"
+                    % ("%s: " % self.variables[s["id"]] if s["id"] in self.variables else "", s["key"], s["value"], exc)
+                ) from None
+            written.append(s)
+        kill_point("after_live_written", layer)
+        changed_kinds = {}
+        for key in sorted(unit_changes):
+            u = unit_changes[key]
+            self.write_unit(u["unit"], u["text"])
+            changed_kinds.setdefault(u["unit"]["kind"], []).append(key)
+        for kind_name, keys in sorted(changed_kinds.items()):
+            if kind_name in KINDS:
+                self.notes.extend(KINDS[kind_name].after_persist(self.ctx, keys))
+        rows.extend(self._restore_removed(removed, entry, orphan_units))
+        kill_point("after_units_written", layer)
+
+        for s in settings:
+            obs = self.observe(s)
+            wrote = s in live_changes or any(s["id"] in u["settings"] for u in unit_changes.values())
+            status, reason = self.status_of(s, obs, wrote=wrote)
+            rows.append(self.result_row(s, obs, status, reason, wrote, before=before[s["id"]]))
+
+        # a run that changed nothing leaves a kept layer kept (and its gate decision standing)
+        unchanged = not any(r["changed"] for r in rows) and _same_settings(previous, settings)
+        # so does a drift correction: it puts the kept settings back, and no gate is to judge them
+        restoring_kept = from_journal and entry["snapshot"].get("state") == "kept"
+        entry["state"] = (
+            "kept" if (unchanged or restoring_kept) and entry["snapshot"].get("state") == "kept" else "applied"
+        )
+        if entry["state"] == "kept":
+            entry["snapshot"] = None
+        entry["settings"] = settings
+        entry.pop("pending", None)
+        entry.pop("interrupted", None)
+        if not settings:
+            entry["original"] = {"live": {}, "units": {}}
+            entry["state"] = "restored"
+        changed_ids = [r["id"] for r in rows if r["changed"]]
+        entry["history"].append({"time": now(), "run_id": run_id, "action": "apply", "changed": changed_ids})
+        kill_point("before_journal_final", layer)
+        self.journal.save(entry)
+        self.journal.event({"time": now(), "run_id": run_id, "layer": layer, "action": "apply", "changed": changed_ids})
+        return self._summary("present", rows, unsupported, entry)
+
+    # ------------------------------------------------------------------ recover
+    def recover(self, run_id, entry=None, states=INTERRUPTED_STATES, reason=None, own=False):
+        """Put back a layer that a run left mid-apply, switched off, or never judged.
+
+        A layer in state ``applying`` (killed while writing), ``suspended`` (switched off for
+        a measurement block) or ``applied`` (killed before the gate decided) returns to the
+        snapshot taken before that apply, and the journal returns to the state it had then,
+        so the next apply starts from the same place an uninterrupted run did. The journal
+        records the interruption (``interrupted``: which run, when, why); nothing is marked
+        rejected, so the next run measures the layer again. Without ``own``, a layer that
+        run_id itself applied is its own work in progress and is left alone.
+        """
+        layer = self.ctx.layer
+        entry = entry or self.load(layer)
+        if (
+            entry is None
+            or entry["state"] not in states
+            or not entry.get("snapshot")
+            or (not own and entry["state"] in ("applied", "suspended") and entry.get("run_id") == run_id)
+        ):
+            note = None
+            if own and entry is not None and entry["state"] not in states:
+                note = "layer %s is %s: nothing to put back" % (layer, entry["state"])
+            return self._summary("recovered", [], [], entry or new_entry(layer), changed=False, note=note)
+        interrupted_run, left_as = entry.get("run_id"), entry["state"]
+        snap = entry["snapshot"]
+        why = reason or "run %s stopped before the gate decided" % interrupted_run
+        result = self.restore("snapshot", run_id, entry=entry, recovering=True)
+        if not self.check_mode:
+            entry = self.load(layer)
+            entry["state"] = snap["state"]
+            entry["settings"] = copy.deepcopy(snap["settings"])
+            if not snap["settings"]:
+                entry["original"] = {"live": {}, "units": {}}
+            entry["snapshot"] = None
+            entry.pop("pending", None)
+            entry["interrupted"] = {"run_id": interrupted_run, "time": now(), "left": left_as, "reason": why}
+            record = {
+                "time": now(),
+                "run_id": run_id,
+                "action": "interrupted" if reason else "recover",
+                "interrupted_run": interrupted_run,
+                "reason": why,
+            }
+            entry["history"].append(record)
+            self.journal.save(entry)
+            record["layer"] = layer
+            self.journal.event(record)
+        result["action"] = "recovered"
+        result["layer_state"] = entry["state"] if not self.check_mode else snap["state"]
+        result["changed"] = True
+        result["notes"].append(
+            "layer %s was left %s by run %s: put back to its snapshot (%s)" % (layer, left_as, interrupted_run, why)
+        )
+        return result
+
+    # ------------------------------------------------------------------ verify
+    def verify(self, specs=None):
+        entry = self.load(self.ctx.layer) or new_entry(self.ctx.layer)
+        if specs:
+            settings, unsupported = self.normalize(specs)
+            settings = self.minimums(settings, entry)
+        else:
+            settings = entry["settings"] if entry["state"] in ACTIVE_STATES else []
+            unsupported = []
+        rows = []
+        for s in settings:
+            obs = self.observe(s)
+            status, reason = self.status_of(s, obs)
+            if not specs and obs["live_error"] and entry["original"]["live"].get(s["id"]) is not None:
+                # stacktune read and kept it; that it cannot be read any more is drift, not "unsupported"
+                status, reason = "drift", "kept by stacktune, but now %s" % obs["live_error"]
+            row = self.result_row(s, obs, status, reason, False)
+            row["other_writers"] = []
+            rows.append(row)
+        by_id = {r["id"]: r for r in rows}
+        for kind_name in sorted({s["kind"] for s in settings}):
+            for writer in KINDS[kind_name].other_writers([s for s in settings if s["kind"] == kind_name], self.ctx):
+                self.notes.append(writer["message"])
+                for sid in writer["ids"]:
+                    by_id[sid]["other_writers"].append(writer["tool"])
+        return self._summary("verify", rows, unsupported, entry)
+
+    # ------------------------------------------------------------------ restore
+    def restore(self, to, run_id, decision=None, entry=None, recovering=False):
+        layer = self.ctx.layer
+        entry = entry or self.load(layer)
+        if entry is None or (entry["state"] in ("new", "restored", "rolled_back") and to == "snapshot"):
+            return self._summary("restored", [], [], entry or new_entry(layer), note="nothing to restore")
+        target = entry["original"] if to == "original" else entry.get("snapshot")
+        if not target:
+            return self._summary("restored", [], [], entry, note="no snapshot to restore")
+        rows = []
+        changed_kinds = set()
+        for key in sorted(target["units"]):
+            snap = target["units"][key]
+            if self.restore_unit(snap):
+                changed_kinds.add(snap.get("kind"))
+                rows.append(
+                    {
+                        "id": key,
+                        "kind": "unit",
+                        "key": snap["path"],
+                        "status": "changed",
+                        "changed": True,
+                        "reason": "restored %s" % snap["path"],
+                        "expected": None,
+                        "live": None,
+                        "persisted": None,
+                    }
+                )
+        if not self.check_mode:
+            for kind_name in sorted(k for k in changed_kinds if k in KINDS):
+                self.notes.extend(KINDS[kind_name].after_persist(self.ctx, []))
+            kill_point("after_units_restored", layer)
+        # A write the kernel refuses is tried again once the other values are back: some
+        # attributes depend on others (intel_pstate refuses an energy_performance_preference
+        # other than "performance" while the governor is still "performance").
+        refused = []
+        for sid in sorted(target["live"], key=lambda sid: (self._write_rank(entry["known"].get(sid)), sid)):
+            s = entry["known"].get(sid)
+            if s is None or KINDS[s["kind"]].unit_is_live:
+                continue
+            original = target["live"][sid]
+            obs = self.observe(s)
+            kind = KINDS[s["kind"]]
+            wrote, status, reason = False, "ok", None
+            if original is None or kind.same(obs["live"], original):
+                status = "ok"
+            elif kind.reboot:
+                status, reason = "pending_reboot", "boot argument removed; takes effect at the next boot"
+            elif obs["writable"]:
+                wrote, status = True, "changed"
+                if not self.check_mode:
+                    try:
+                        kind.write_live(s, original, self.ctx)
+                    except (OSError, IOError):
+                        refused.append((sid, s, original))
+                        continue
+            else:
+                status, reason = "unsupported", obs["why_not"]
+            rows.append(_restored_row(sid, s, original, obs, status, reason, wrote))
+        for sid, s, original in refused:
+            kind = KINDS[s["kind"]]
+            obs = self.observe(s)
+            wrote, status, reason = True, "changed", "put back after the values it depends on"
+            if not kind.same(obs["live"], original):
+                try:
+                    kind.write_live(s, original, self.ctx)
+                except (OSError, IOError) as exc:
+                    wrote, status, reason = False, "unsupported", "the kernel refused the write: %s" % exc
+            rows.append(_restored_row(sid, s, original, obs, status, reason, wrote))
+        if not self.check_mode and not recovering:
+            kill_point("before_restore_journal", layer)
+            if to == "original":
+                entry.update(
+                    {"state": "restored", "settings": [], "original": {"live": {}, "units": {}}, "snapshot": None}
+                )
+            else:
+                rejected = entry["settings"]
+                entry["settings"] = target["settings"]
+                entry["state"] = target["state"] if target["settings"] else "rolled_back"
+                if not target["settings"]:
+                    entry["original"] = {"live": {}, "units": {}}
+                entry["snapshot"] = None
+                entry["rejected"] = rejected
+                entry["rejected_by"] = run_id
+            entry.pop("pending", None)
+            if decision is not None:
+                entry["decision"] = decision
+            changed_ids = [r["id"] for r in rows if r["changed"]]
+            record = {"time": now(), "run_id": run_id, "action": "restore_%s" % to, "changed": changed_ids}
+            if decision is not None:
+                record["decision"] = decision.get("decision")
+            entry["history"].append(record)
+            entry["run_id"] = run_id
+            self.journal.save(entry)
+            record["layer"] = layer
+            self.journal.event(record)
+        return self._summary("restored", rows, [], entry)
+
+    # ------------------------------------------------------------------ decisions
+    def keep(self, run_id, decision=None):
+        entry = self.load(self.ctx.layer)
+        if entry is None or entry["state"] not in ("applied", "kept"):
+            raise SpecError("layer %s has no applied settings to keep" % self.ctx.layer)
+        changed = entry["state"] != "kept" or (decision is not None and entry.get("decision") != decision)
+        if changed and not self.check_mode:
+            entry["state"] = "kept"
+            entry["snapshot"] = None
+            if decision is not None:
+                entry["decision"] = decision
+            record = {"time": now(), "run_id": run_id, "action": "keep"}
+            if decision is not None:
+                record["decision"] = decision.get("decision")
+            entry["history"].append(record)
+            self.journal.save(entry)
+            record["layer"] = self.ctx.layer
+            self.journal.event(record)
+        return self._summary("kept", [], [], entry, changed=changed)
+
+    # ------------------------------------------------------------------ summary
+    def _summary(self, action, rows, unsupported, entry, note=None, changed=None):
+        rows = list(rows) + list(unsupported)
+        counts = {}
+        for r in rows:
+            counts[r["status"]] = counts.get(r["status"], 0) + 1
+        return {
+            "layer": self.ctx.layer,
+            "action": action,
+            "settings": rows,
+            "counts": counts,
+            "changed": any(r["changed"] for r in rows) if changed is None else changed,
+            "drift": [r["id"] for r in rows if r["status"] == "drift"],
+            "overridden": [r["id"] for r in rows if r["status"] == "overridden"],
+            "pending_reboot": [r["id"] for r in rows if r["status"] == "pending_reboot"],
+            "layer_state": entry["state"] if entry else None,
+            "notes": self.notes + ([note] if note else []),
+        }

@@ -1,0 +1,500 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The gate's trial: blocks measured in A B B A order until the decision is resolved or the
+budget is spent, the futility stop, failed blocks and the workloads a layer is measured on.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import math
+
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import CPU_WORKLOADS, GPU_WORKLOADS
+
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import (
+    DIMENSIONS,
+    WORSE_RULES,
+    look_confidence,
+    planned_looks,
+)
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.blocks import judge_blocks
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import t_ppf
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.wording import headline
+
+
+# ------------------------------------------------------------------ several workloads
+
+
+def combine(results, policy, final):
+    """One decision for a layer judged on several workloads: ``{workload: judge_blocks result}``.
+
+    Any workload measured worse rolls the layer back. ``improve`` keeps the layer when one
+    workload shows a significant improvement and every other one is resolved without a
+    regression; ``no_regression`` keeps it when no workload is worse and every one is
+    resolved (or on the last look). The primary workload is the one that decided.
+    """
+    names = list(results)
+    worse = [w for w in names if any(v == "worse" for v in results[w]["verdicts"].values())]
+    keeps = [w for w in names if results[w]["decision"] == "keep"]
+    resolved = all(results[w]["resolved"] for w in names)
+    if worse:
+        primary, decision, done = worse[0], "rollback", True
+    elif policy == "improve":
+        if keeps and resolved:
+            primary, decision, done = keeps[0], "keep", True
+        elif resolved:
+            primary, decision, done = names[0], "rollback", True
+        elif final:
+            primary, decision, done = (keeps[0] if keeps else names[0]), "rollback", False
+            if keeps:
+                decision = "keep"
+        else:
+            primary, decision, done = names[0], "inconclusive", False
+    elif resolved:
+        primary, decision, done = names[0], "keep", True
+    else:
+        primary, decision, done = names[0], ("keep" if final else "inconclusive"), False
+    out = dict(results[primary])
+    if len(names) > 1:
+        parts = ["%s: %s" % (w, results[w]["reason"]) for w in [primary] + [n for n in names if n != primary]]
+        reason = "%s, judged on %s. %s" % (decision, " and ".join(names), " | ".join(parts))
+    else:
+        reason = "%s (%s)" % (out["reason"], primary)
+    summary = out.get("summary") or headline(out)
+    if decision != out.get("decision"):
+        summary = "%s; %s" % (decision, summary)
+    others = [n for n in names if n != primary]
+    summary += " on %s%s" % (primary, (" (also judged on %s)" % ", ".join(others)) if others else "")
+    out.update(
+        summary=summary,
+        decision=decision,
+        resolved=done,
+        final=final,
+        workload=primary,
+        reason=reason,
+        workloads={w: results[w] for w in names},
+    )
+    return out
+
+
+def half_at_budget(dim, half, df_now, df_budget, per_arm, budget, confidence):
+    """The interval half-width ``half`` (now, with ``per_arm`` blocks and ``df_now`` degrees of
+    freedom) scaled to ``budget`` blocks per arm: the square root of the blocks and the
+    Student-t quantile at ``df_budget``. A share in points for stalls, a ratio's relative
+    half-width for the other dimensions."""
+    q = 0.5 + confidence / 2.0
+    scale = math.sqrt(per_arm / float(budget)) * t_ppf(q, df_budget) / t_ppf(q, df_now)
+    return half * scale if dim == "stalls" else math.expm1(math.log1p(half) * scale)
+
+
+_DIM_WORDS = {"throughput": "the throughput", "p50": "the median step", "tail": "the tail", "stalls": "the stalls"}
+
+
+def futility(res, policy, settings, per_arm):
+    """Why the rest of the budget cannot resolve what ``policy`` needs on one workload, or None.
+
+    At a look before the last: per dimension still unknown, the interval's half-width now is
+    scaled to the budget (``max_blocks`` per arm: the square root of the blocks and the
+    Student-t quantile at the degrees of freedom then). ``no_regression`` needs every
+    dimension resolved within its tolerance; when one cannot be, more blocks buy nothing,
+    unless the estimate leans beyond its tolerance the wrong way, with half of its present
+    half-width, by more than the budget's half-width (then blocks may still show the
+    regression, and measuring goes on). ``improve`` needs one dimension shown better;
+    when none leans to a gain the budget could show, it stops.
+    """
+    budget = settings["max_blocks"]
+    if res.get("resolved") or per_arm >= budget or res.get("blocks_before") is None:
+        return None
+    conf = look_confidence(settings["confidence"], planned_looks(settings["min_blocks"], budget))
+    reachable, hopeless, leaning_worse = {}, [], False
+    for dim in DIMENSIONS:
+        block = res.get(dim) or {}
+        half, df = block.get("resolution"), block.get("df")
+        if block.get("verdict") != "unknown" or half is None or not df:
+            continue
+        band = block.get("tolerance") or 0.0
+        at_budget = half_at_budget(dim, half, df, df + 2 * (budget - per_arm), per_arm, budget, conf)
+        if dim == "stalls":
+            estimate = block.get("difference") or 0.0
+            worse = estimate > band
+            better = -estimate
+        else:
+            ratio = block.get("ratio") or 1.0
+            estimate = ratio - 1.0 if dim == "throughput" else 1.0 - ratio  # > 0: a gain
+            worse, better = estimate < -band, estimate
+        # a dimension leaning the wrong way keeps the trial going only when the estimate and half
+        # of its present half-width reach beyond the budget's half-width: a loss the budget could
+        # show (as for gains below); a lean well inside the noise at the budget is no reason
+        leaning_worse = leaning_worse or (worse and -better + half / 2.0 > at_budget)
+        reachable[dim] = (at_budget, half, band, better)
+        if at_budget >= band > 0:
+            needed = int(math.ceil(per_arm * (half / band) ** 2))
+            hopeless.append(
+                "%s to %s (+-%s now, +-%s at %d blocks per arm; about %d blocks per arm would be needed)"
+                % (
+                    _DIM_WORDS[dim],
+                    _span(dim, band),
+                    _span(dim, half),
+                    _span(dim, at_budget),
+                    budget,
+                    needed,
+                )
+            )
+    if policy == "no_regression":
+        if hopeless and not leaning_worse:
+            return "cannot resolve " + "; ".join(hopeless)
+        return None
+    # a gain the interval now still allows (half of its half-width above the estimate) that the budget could show
+    gains = [
+        d
+        for d, (at_budget, h, band, better) in reachable.items()
+        if better + h / 2.0 >= band and at_budget < better + h / 2.0
+    ]
+    if reachable and not gains and not leaning_worse:
+        return "no improvement of the %s asked for that the budget could show (%s)" % (
+            _span("throughput", settings["min_gain"]),
+            "; ".join(hopeless) or "no dimension leans to a gain",
+        )
+    return None
+
+
+def _span(dim, value):
+    return "%.2f points" % (value * 100.0) if dim == "stalls" else "%.1f%%" % (value * 100.0)
+
+
+def block_cost(cost):
+    """Where the blocks' time went, per workload and in total: blocks, wall seconds (the whole
+    block, start-up included, as the controller saw it), seconds of measured steps, the start-up
+    per block and the share measured. A share is None where no wall time was recorded."""
+    out = {}
+    total = {"blocks": 0, "wall_s": 0.0, "measured_s": 0.0}
+    for w, c in sorted(cost.items()):
+        for key in total:
+            total[key] += c[key]
+        out[w] = c
+    out["total"] = total
+    for c in out.values():
+        c["wall_s"], c["measured_s"] = round(c["wall_s"], 2), round(c["measured_s"], 2)
+        c["measured_share"] = round(c["measured_s"] / c["wall_s"], 3) if c["wall_s"] > 0 else None
+        c["startup_s_per_block"] = (
+            round((c["wall_s"] - c["measured_s"]) / c["blocks"], 2) if c["blocks"] and c["wall_s"] > 0 else None
+        )
+    return out
+
+
+class WorkloadBroken(Exception):
+    """The workload fails without the layer as well as with it: nothing can be judged."""
+
+    def __init__(self, workload, with_layer, without_layer):
+        if with_layer == without_layer:
+            words = "the workload %s fails with and without the layer: %s" % (workload, with_layer)
+        else:
+            words = "the workload %s fails with and without the layer (with it: %s; without it: %s)" % (
+                workload,
+                with_layer,
+                without_layer,
+            )
+        super().__init__(words)
+        self.workload = workload
+        self.errors = {"with": with_layer, "without": without_layer}
+
+
+# A flaky workload (it failed without the layer too) is rolled back for its failures only
+# when it failed at least this many more times with the layer than without it.
+FLAKY_MARGIN = 2
+
+
+def _failure_words(block):
+    """'fails with this layer: <error>' or 'hangs with this layer: <error>'."""
+    verb = "hangs" if block.get("failure") == "hang" else "fails"
+    return verb, block.get("error") or block.get("failure") or "unknown error"
+
+
+def failure_decision(workload, policy, failed, confirmed, fails):
+    """The decision when a block with the layer failed and the block right after, without
+    it, ran: the layer breaks the workload. The layer is off when this is returned."""
+    verb, error = _failure_words(failed)
+    cause = "the workload %s with this layer: %s" % (verb, error)
+    reason = "rollback: %s (%s: block %d with the layer %s, block %d without it ran)" % (
+        cause,
+        workload,
+        failed["position"],
+        "hung" if verb == "hangs" else "failed",
+        confirmed,
+    )
+    return {
+        "decision": "rollback",
+        "policy": policy,
+        "method": "blocks",
+        "cause": "workload_%s" % ("hangs" if verb == "hangs" else "fails"),
+        "resolved": True,
+        "final": True,
+        "reason": reason,
+        "summary": "rollback: %s on %s" % (cause, workload),
+        "verdicts": dict.fromkeys(DIMENSIONS, "unknown"),
+        "workload": workload,
+        "failures": fails,
+    }
+
+
+class Trial:
+    """Balanced, sequential measurement of one layer on one or more workloads.
+
+    ``set_layer(on)`` takes the layer off or puts it back through the settings engine;
+    ``measure(workload)`` runs one block and returns ``{"samples_ms": [...], "void": bool,
+    "throughput": number or None, "reason": str}``, or ``{"failed": True, "failure": str,
+    "error": str}`` when the workload did not run to the end (a crash, a non-zero exit, a
+    hang). The layer is on when the trial starts (its role has just applied it) and is on
+    again when it ends: blocks run in the order on, off, off, on, on, off, off, on ... and
+    the gate looks after every quad once both arms have ``min_blocks``, until the decision
+    is resolved or the budget is spent.
+
+    A failed block is a measurement. When a block with the layer fails, one block without
+    it runs at once: if that one runs, the layer breaks the workload and is rolled back
+    (``failure_decision``); if it fails too before any block ever ran, the workload itself
+    is broken (``WorkloadBroken``: nothing is judged). A workload that also fails without
+    the layer is flaky: it is judged on the blocks that ran, and the decision says how often
+    it failed in each arm (rolled back when it failed ``FLAKY_MARGIN`` more times with it).
+    """
+
+    ORDER = ("on", "off", "off", "on")
+
+    def __init__(self, workloads, set_layer, measure, policy, settings, clock, stop_early=True, worse_rule=None):
+        if not workloads:
+            raise ValueError("a trial needs at least one workload")
+        self.stop_early = stop_early  # False: spend the budget although it cannot decide (benchmarks)
+        self.worse_rule = worse_rule or WORSE_RULES[0]
+        self.workloads = list(workloads)
+        self.set_layer = set_layer
+        self.measure = measure
+        self.policy = policy
+        self.s = settings
+        self.clock = clock
+        self.looks = planned_looks(settings["min_blocks"], settings["max_blocks"])
+        self.data = None
+        self.on = True
+
+    def samples(self, workload):
+        """Every step of one workload per arm, pooled (for plots; the gate judges blocks)."""
+        arms = (self.data or {}).get(workload) or {"on": {"blocks": []}, "off": {"blocks": []}}
+        return {
+            "without": [v for block in arms["off"]["blocks"] for v in block],
+            "with": [v for block in arms["on"]["blocks"] for v in block],
+        }
+
+    def _switch(self, want):
+        if want != self.on:
+            self.set_layer(want)
+            self.on = want
+            return 1
+        return 0
+
+    def _judge(self, data, final):
+        results = {}
+        for w in self.workloads:
+            arms = data[w]
+            try:
+                results[w] = judge_blocks(
+                    {k: v for k, v in arms["off"].items() if v is not None},
+                    {k: v for k, v in arms["on"].items() if v is not None},
+                    policy=self.policy,
+                    tail_quantile=self.s["tail_quantile"],
+                    tail_tolerance=self.s["tail_tolerance"],
+                    min_gain=self.s["min_gain"],
+                    confidence=self.s["confidence"],
+                    stall_factor=self.s["stall_factor"],
+                    stall_tolerance=self.s["stall_tolerance"],
+                    final=final,
+                    looks=self.looks,
+                    worse_rule=self.worse_rule,
+                )
+            except ValueError as exc:
+                results[w] = {
+                    "decision": "keep" if self.policy == "no_regression" else "rollback",
+                    "resolved": False,
+                    "reason": "not judged: %s" % exc,
+                    "verdicts": dict.fromkeys(DIMENSIONS, "unknown"),
+                    "policy": self.policy,
+                }
+        return combine(results, self.policy, final)
+
+    @staticmethod
+    def _flaky(result, fails, runs):
+        """Say how often a flaky workload failed; roll back when it failed clearly more with the layer."""
+        parts, worse = [], []
+        for w, arms in sorted(fails.items()):
+            n_on, n_off = len(arms["on"]), len(arms["off"])
+            if not n_on and not n_off:
+                continue
+            last = (arms["on"] + arms["off"])[-1]
+            parts.append(
+                "%s failed in %d of %d blocks with the layer and %d of %d without (last: %s)"
+                % (w, n_on, runs[w]["on"], n_off, runs[w]["off"], _failure_words(last)[1])
+            )
+            if n_on >= n_off + FLAKY_MARGIN:
+                worse.append(w)
+        if not parts:
+            return result
+        note = "the workload is flaky: " + "; ".join(parts)
+        if worse and result["decision"] != "rollback":
+            result.update(
+                decision="rollback",
+                cause="workload_fails",
+                reason="rollback: the workload fails more often with this layer: %s. Judged on the blocks that ran: %s"
+                % (note, result["reason"]),
+                summary="rollback: the workload fails more often with this layer (%s)" % note,
+            )
+        else:
+            result["reason"] = "%s; %s" % (result["reason"], note)
+            result["summary"] = "%s; %s" % (result["summary"], note)
+        result["flaky"] = True
+        return result
+
+    def run(self):
+        data = {w: {"on": {"blocks": [], "at": []}, "off": {"blocks": [], "at": []}} for w in self.workloads}
+        tps = {w: {"on": [], "off": []} for w in self.workloads}
+        fails = {w: {"on": [], "off": []} for w in self.workloads}
+        runs = {w: {"on": 0, "off": 0} for w in self.workloads}
+        per_arm = {"on": 0, "off": 0}
+        order, voids = [], []
+        toggles, position, quads = 0, 0, 0
+        cost = {}  # per workload: blocks, their wall time and the time of their measured steps
+        start = self.clock()
+        result = None
+
+        def block(w, arm):
+            nonlocal position
+            out = self.measure(w)
+            position += 1
+            runs[w][arm] += 1
+            order.append(arm)
+            spent = cost.setdefault(w, {"blocks": 0, "wall_s": 0.0, "measured_s": 0.0})
+            spent["blocks"] += 1
+            spent["wall_s"] += out.get("wall_s") or 0.0
+            spent["measured_s"] += out.get("measured_s") or 0.0
+            if out.get("failed"):
+                fails[w][arm].append({"position": position, "failure": out.get("failure"), "error": out.get("error")})
+                return out
+            if out.get("void"):
+                voids.append({"workload": w, "arm": arm, "position": position, "reason": out.get("reason")})
+                return out
+            data[w][arm]["blocks"].append(out["samples_ms"])
+            data[w][arm]["at"].append(position)
+            tps[w][arm].append(out.get("throughput"))
+            return out
+
+        def ran(w):
+            return bool(data[w]["on"]["blocks"] or data[w]["off"]["blocks"] or voids)
+
+        active = list(self.workloads)  # workloads still measured; futile ones stop early
+        futile = {}
+        while result is None:
+            for arm in self.ORDER:
+                toggles += self._switch(arm == "on")
+                for w in active:
+                    out = block(w, arm)
+                    if not out.get("failed") or arm != "on" or any(fails[x]["off"] for x in self.workloads):
+                        continue
+                    # a block with the layer failed: does the workload run without it?
+                    toggles += self._switch(False)
+                    confirm = block(w, "off")
+                    if not confirm.get("failed"):
+                        result = failure_decision(w, self.policy, fails[w]["on"][-1], position, fails)
+                        per_arm["on"] += 1
+                        per_arm["off"] += 1
+                        break
+                    if not ran(w):
+                        raise WorkloadBroken(w, _failure_words(out)[1], _failure_words(confirm)[1])
+                    toggles += self._switch(True)  # flaky: back to the schedule
+                if result is not None:
+                    break
+                per_arm[arm] += 1
+            if result is not None:
+                break
+            quads += 1
+            elapsed = self.clock() - start
+            per_quad = elapsed / quads
+            last = per_arm["on"] + 2 > self.s["max_blocks"] or elapsed + per_quad > self.s["max_seconds"]
+            if per_arm["on"] < self.s["min_blocks"] and not last:
+                continue
+            for w in self.workloads:
+                for arm in ("on", "off"):
+                    vals = tps[w][arm]
+                    given = vals and all(v is not None for v in vals)
+                    data[w][arm]["throughput"] = list(vals) if given else None
+            judged = self._judge(data, final=last)
+            if self.stop_early and not (judged["resolved"] or last):
+                # calibrate, then tune: a workload the budget cannot resolve stops taking blocks
+                per = judged.get("workloads") or {self.workloads[0]: judged}
+                for w in list(active):
+                    why = futility(per.get(w) or {}, self.policy, self.s, per_arm["on"])
+                    if why:
+                        futile[w] = why
+                        active.remove(w)
+                if not active:
+                    judged = self._judge(data, final=True)
+                    last = True
+            if judged["resolved"] or last:
+                result = self._flaky(judged, fails, runs)
+        if futile:
+            result["futility"] = futile
+            words = "; ".join("%s on %s" % (why, w) for w, why in sorted(futile.items()))
+            result["reason"] = "%s; stopped early after %d+%d blocks: %s" % (
+                result["reason"],
+                per_arm["on"],
+                per_arm["off"],
+                words,
+            )
+            result["summary"] = "%s; stopped early: %s" % (result["summary"], words)
+        self.data = data
+        result["cost"] = block_cost(cost)
+        share = result["cost"]["total"].get("measured_share")
+        if share is not None:
+            result["summary"] = "%s; steps were %d%% of the blocks' %.0f s" % (
+                result["summary"],
+                round(share * 100.0),
+                result["cost"]["total"]["wall_s"],
+            )
+        if any(fails[w]["on"] or fails[w]["off"] for w in self.workloads):
+            result["failures"] = fails
+        result.update(
+            blocks={"with": per_arm["on"], "without": per_arm["off"]},
+            seconds=round(self.clock() - start, 1),
+            toggles=toggles,
+            order=order,
+            void_blocks=voids,
+            layer_on=self.on,
+        )
+        return result
+
+
+# ------------------------------------------------------------------ which workloads
+
+
+MIN_GPUS = {"allreduce": 2}
+
+
+def resolve_workloads(candidates, gpu_count, override=None):
+    """The workloads that measure a layer on this host.
+
+    ``candidates``: the layer's entry of ``stacktune_gate_workloads`` (workloads that can see
+    the layer, in order). ``override``: ``stacktune_bench_workload`` when it is not ``auto``
+    (the user's own ``command``, or one built-in workload for every layer). GPU workloads
+    run where there are enough GPUs (all-reduce needs 2); the CPU ones only where none of the
+    GPU ones can. An empty list means the layer is not measurable here.
+    """
+    if override not in (None, "", "auto"):
+        return [override]
+    known = set(GPU_WORKLOADS) | set(CPU_WORKLOADS) | {"auto", "command"}
+    for name in candidates:
+        if name not in known:
+            raise ValueError("unknown workload %r (known: %s)" % (name, ", ".join(sorted(known))))
+    gpu = [w for w in candidates if w in GPU_WORKLOADS and gpu_count >= MIN_GPUS.get(w, 1)]
+    if gpu:
+        return gpu
+    if "auto" in candidates:
+        return ["auto"]
+    return [w for w in candidates if w in CPU_WORKLOADS]

@@ -1,0 +1,301 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Strict checks of role variables against a role's argument spec (meta/argument_specs.yml).
+
+Ansible's own role argument validation converts where it can (``7`` passes as a list of
+one string) but leaves the variable as the caller wrote it, so a role would then fail deep
+inside a task with a message that names nothing. These checks refuse what the spec does
+not describe, before anything on the host changes, and every message names the variable,
+the expected form and what was given.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+from collections.abc import Mapping
+
+MISSING = object()
+BOOL_WORDS = ("yes", "no", "true", "false", "on", "off", "y", "n", "1", "0")
+_INT = re.compile(r"^[-+]?\d+$")
+_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+TYPE_WORDS = {
+    "str": "a string",
+    "path": "a path",
+    "int": "a whole number",
+    "float": "a number",
+    "bool": "true or false",
+    "list": "a list",
+    "dict": "a mapping",
+    "raw": "any value",
+}
+
+# Forms and ranges the argument-spec format cannot carry (ansible-lint's schema allows no
+# extra keys in an option), in one place for the whole collection. Keyed by variable name,
+# or by ``*suffix`` for every variable whose name ends so; an exact name wins. check_vars
+# applies them wherever a role's spec declares the variable.
+RULES = {
+    # a role's journal directory follows stacktune_journal_dir unless it is set itself
+    "*_journal_dir": {"absolute": True, "follows": "stacktune_journal_dir"},
+    # empty writes no acceptance record
+    "acceptance_journal_dir": {"absolute": True, "empty_ok": True, "follows": "stacktune_journal_dir"},
+    # node_exporter's textfile directory, or auto (found on the host: reporting/node_exporter.py); the
+    # roles' metrics_dir and acceptance_metrics_dir follow stacktune_metrics_dir
+    "metrics_dir": {"absolute": True, "words_ok": ("auto",), "follows": "stacktune_metrics_dir"},
+    "acceptance_metrics_dir": {"absolute": True, "words_ok": ("auto",), "follows": "stacktune_metrics_dir"},
+    "stacktune_bench_steps": {"min": 10},
+    "stacktune_bench_steps_by_workload": {"values_min": 10},
+    "stacktune_bench_warmup": {"min": 0},
+    "stacktune_bench_timeout": {"min": 1},
+    "stacktune_lock_wait": {"min": 0},
+    # a lease must outlast the time between two renewals (engine calls, block ticks)
+    "stacktune_lock_ttl": {"min": 60},
+}
+
+
+def rule_for(name):
+    """The :data:`RULES` entry of a variable (an exact name first, then a ``*suffix``), or {}."""
+    if name in RULES:
+        return RULES[name]
+    for pattern, rule in RULES.items():
+        if pattern.startswith("*") and name.endswith(pattern[1:]):
+            return rule
+    return {}
+
+
+def _check_rule(name, rule, value, errors):
+    given = "got %s" % _shown(value)
+    if rule.get("follows") and rule["follows"] != name:
+        given += " (by default it is %s)" % rule["follows"]
+    if rule.get("absolute"):
+        text = str(value)
+        if text == "" and rule.get("empty_ok"):
+            return
+        if text in rule.get("words_ok", ()):
+            return
+        parts = text.split("/")
+        if not text.startswith("/") or ".." in parts:
+            words = "".join(" or %s" % word for word in rule.get("words_ok", ()))
+            errors.append("%s must be an absolute path without '..'%s, %s" % (name, words, given))
+            return
+        if rule.get("endswith") and not text.endswith(rule["endswith"]):
+            errors.append("%s must end in %s, %s" % (name, rule["endswith"], given))
+            return
+    if "values_min" in rule and isinstance(value, Mapping):
+        for key, item in sorted(value.items()):
+            _check_rule("%s.%s" % (name, key), {"min": rule["values_min"]}, item, errors)
+        return
+    for bound, word in (("min", "at least"), ("max", "at most")):
+        if bound not in rule:
+            continue
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            return
+        if (number < rule[bound]) if bound == "min" else (number > rule[bound]):
+            errors.append("%s must be %s %s, %s" % (name, word, rule[bound], given))
+
+
+def _shown(value, limit=60):
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _type_name(value):
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "str"
+    if isinstance(value, Mapping):
+        return "mapping"
+    if isinstance(value, (list, tuple)):
+        return "list"
+    return type(value).__name__
+
+
+def _scalar_ok(kind, value):
+    if kind == "raw":
+        return True
+    if isinstance(value, bool):
+        return kind == "bool"
+    if kind in ("str", "path"):
+        return isinstance(value, (str, int, float))
+    if kind == "int":
+        return isinstance(value, int) or (isinstance(value, str) and bool(_INT.match(value.strip())))
+    if kind == "float":
+        return isinstance(value, (int, float)) or (isinstance(value, str) and bool(_FLOAT.match(value.strip())))
+    if kind == "bool":
+        return (isinstance(value, str) and value.strip().lower() in BOOL_WORDS) or (
+            isinstance(value, int) and value in (0, 1)
+        )
+    return True
+
+
+def _expected(spec):
+    kind = spec.get("type", "str")
+    text = TYPE_WORDS.get(kind, kind)
+    if kind == "list":
+        element = spec.get("elements")
+        if element:
+            text = "a list of %s" % {"dict": "mappings", "int": "whole numbers", "float": "numbers"}.get(
+                element, "strings" if element in ("str", "path") else element
+            )
+    if spec.get("choices"):
+        text += " (one of %s)" % ", ".join(str(c) for c in spec["choices"])
+    return text
+
+
+def _check_one(name, spec, value, errors):
+    kind = spec.get("type", "str")
+    if value is None:
+        if spec.get("required"):
+            errors.append("%s is required; got null (expected %s)" % (name, _expected(spec)))
+        elif kind in ("list", "dict") and spec.get("default") is not None:
+            errors.append("%s must be %s, got null" % (name, _expected(spec)))
+        return
+    given = "got %s (%s)" % (_shown(value), _type_name(value))
+    if kind == "list":
+        if not isinstance(value, (list, tuple)):
+            hint = ""
+            if isinstance(value, str):
+                hint = ". On the command line give lists as JSON: -e '{\"%s\": [...]}'" % name
+            errors.append("%s must be %s, %s%s" % (name, _expected(spec), given, hint))
+            return
+        element = spec.get("elements")
+        for index, item in enumerate(value):
+            label = "%s[%d]" % (name, index)
+            if element == "dict":
+                if not isinstance(item, Mapping):
+                    errors.append("%s must be a mapping, got %s (%s)" % (label, _shown(item), _type_name(item)))
+                elif spec.get("options"):
+                    _check_mapping(label, spec["options"], item, errors)
+            elif element:
+                _check_one(label, {"type": element, "choices": spec.get("choices")}, item, errors)
+        return
+    if kind == "dict":
+        if not isinstance(value, Mapping):
+            hint = ""
+            if isinstance(value, str):
+                hint = ". On the command line give mappings as JSON: -e '{\"%s\": {...}}'" % name
+            errors.append("%s must be a mapping, %s%s" % (name, given, hint))
+        elif spec.get("options"):
+            _check_mapping(name, spec["options"], value, errors)
+        return
+    if isinstance(value, (Mapping, list, tuple)) and kind != "raw" or not _scalar_ok(kind, value):
+        errors.append("%s must be %s, %s" % (name, _expected(spec), given))
+        return
+    choices = spec.get("choices")
+    if choices and value not in choices and str(value) not in [str(c) for c in choices]:
+        errors.append("%s must be one of %s, %s" % (name, ", ".join(str(c) for c in choices), given))
+
+
+def _check_mapping(label, options, value, errors):
+    unknown = sorted(str(k) for k in value if k not in options)
+    if unknown:
+        errors.append("%s has unknown key(s) %s; known: %s" % (label, ", ".join(unknown), ", ".join(sorted(options))))
+    for key, spec in options.items():
+        if key in value:
+            _check_one("%s.%s" % (label, key), spec or {}, value[key], errors)
+        elif (spec or {}).get("required"):
+            errors.append("%s needs the key %s (%s)" % (label, key, _expected(spec)))
+
+
+def check(options, values):
+    """Messages for every variable whose value the spec does not describe (empty when all are fine).
+
+    ``options``: the ``options`` of an argument spec entry point; ``values``: variable name
+    to value, :data:`MISSING` where the variable is not defined.
+    """
+    errors = []
+    for name in sorted(options):
+        spec = options[name] or {}
+        value = values.get(name, MISSING)
+        if value is MISSING:
+            if spec.get("required"):
+                errors.append("%s is required (%s)" % (name, _expected(spec)))
+            continue
+        before = len(errors)
+        _check_one(name, spec, value, errors)
+        if len(errors) == before and value is not None and rule_for(name):
+            _check_rule(name, rule_for(name), value, errors)
+    return errors
+
+
+# ---------------------------------------------------------------- misspelled variables
+
+# Variables the collection reads that no role's argument spec declares: play keywords of
+# tune.yml (given with -e), the fleet-wide preflight values, and the run's own outputs.
+UNDECLARED = (
+    "stacktune_hosts",
+    "stacktune_serial",
+    "stacktune_canary_percent",
+    "stacktune_canary_stop_on_rollback",
+    "stacktune_max_fail_percentage",
+    "stacktune_run_id",
+    "stacktune_results",
+    "stacktune_expected_gpu_count",
+    "stacktune_psu_capacity_watts",
+    "stacktune_metrics_dir",
+    "stacktune_platform_watts",
+)
+
+
+# Variables the collection no longer reads, with what replaced them. Set anywhere, they are
+# refused (a run would otherwise ignore them and write somewhere else than asked).
+RENAMED = {
+    "metrics_textfile_path": "stacktune_metrics_dir (the directory; the file in it is stacktune.prom)",
+    "acceptance_metrics_path": (
+        "stacktune_metrics_dir (the directory; the file in it is stacktune_acceptance.prom), "
+        "or acceptance_metrics_enabled: false to write none"
+    ),
+}
+
+
+def renamed(names):
+    """A message for every name in ``names`` that :data:`RENAMED` lists."""
+    return [
+        "%s is no longer a variable of stacktune.gpu; use %s" % (name, RENAMED[name])
+        for name in sorted(names)
+        if name in RENAMED
+    ]
+
+
+def edit_distance(a, b, most=2):
+    """Levenshtein distance of two names, or ``most + 1`` as soon as it exceeds ``most``."""
+    if abs(len(a) - len(b)) > most:
+        return most + 1
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i]
+        for j, cb in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
+        if min(current) > most:
+            return most + 1
+        previous = current
+    return previous[-1]
+
+
+def misspelled(names, known, most=2, shortest=8):
+    """``[(name, closest known name)]`` for every name that is not known but within ``most``
+    edits of a known one (``stacktune_layer`` for ``stacktune_layers``, ``kernel_sysctls`` for
+    ``kernel_sysctl``). Names of Ansible and private names (``ansible_*``, ``_*``) and names of
+    other roles that look nothing like these (``kernel_settings_sysctl``) are never reported."""
+    known = set(known)
+    out = []
+    for name in sorted(names):
+        if name in known or name in RENAMED or name.startswith(("_", "ansible_")) or len(name) < shortest:
+            continue
+        best = min(known, key=lambda k: (edit_distance(name, k, most), k)) if known else None
+        if best is not None and edit_distance(name, best, most) <= most:
+            out.append((name, best))
+    return out

@@ -1,0 +1,364 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The workload program's first part: workload names, defaults, the conditions monitor.
+
+The workload program of ``stacktune.gpu.bench`` is one self-contained file on the host,
+assembled from the parts in this package (``workloads/source.py``, ``PARTS``): the hardware
+constants, this file, the GPU workloads (``gpu.py``), the CPU workloads (``cpu.py``) and the
+entry point with the block runner (``program.py``). The bench module writes it to a private
+temporary file and runs it as ``[python, file, json-args]`` under the interpreter named by
+its ``python`` option (for GPU workloads one with PyTorch). The program prints exactly one
+JSON document on its standard output: the per-step samples (warm-up already discarded), the
+amount of work per step and the conditions (clocks, temperatures, throttle reasons, load)
+read inside the measuring process.
+
+Every part therefore imports nothing but the standard library at module level, and other
+parts only in its one collection import block (which the assembly leaves out: the names are
+defined above it in the assembled file). PyTorch and pynvml are imported inside the
+functions that need them, so the CPU workloads run on a bare python3 with no third-party
+package at all. The bench module and its helpers import the names and defaults here too.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import contextlib
+import os
+import signal
+import threading
+import time
+
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.constants import CLOCKS_EVENT_REASONS
+
+
+GPU_WORKLOADS = ("gemm", "h2d_pinned", "h2d_pageable", "dataloader", "allreduce", "train_step")
+
+
+CPU_WORKLOADS = ("cpu_dataloader", "shm_pingpong", "mem_touch", "cpu_train_step")
+
+
+# Default of the `size` option per workload, and what the number means.
+DEFAULT_SIZE = {
+    "gemm": 8192,
+    "h2d_pinned": 256,
+    "h2d_pageable": 256,
+    "dataloader": 64,
+    "allreduce": 256,
+    "train_step": 32,
+    "cpu_dataloader": 64,
+    "shm_pingpong": 64,
+    "mem_touch": 32,
+    "cpu_train_step": 16,
+}
+
+
+# Measured steps per block when none are given, from ``calibration.steps_for_noise`` on blocks
+# recorded through the block runner (tests/unit/fixtures/blocks). Longer blocks where blocks
+# hardly differ from each other: three times the start-up's worth of steps for GEMM and
+# all-reduce. Shorter ones where blocks differ more than their steps do: on the one-H200 host
+# DataLoader blocks of 200 and 400 steps resolved the throughput equally per second of wall
+# time (block-to-block spread 4.6% and 3.6%), so 200 buys twice the blocks (and looks) for the
+# gate's minimum; the training step likewise (spread 4.6% at 400 steps). Not shorter than that:
+# 80-step DataLoader blocks resolved much less per second there, the workers' bursts spanning
+# more than the batches the rule looks at. ``make calibrate`` prints the choice for a host.
+DEFAULT_STEPS = {
+    "gemm": 1800,
+    "allreduce": 5000,
+    "dataloader": 200,
+    "train_step": 200,
+}
+
+
+DEFAULT_STEPS_OTHER = 400
+
+
+SIZE_MEANING = {
+    "gemm": "matrix dimension N (bf16 NxN @ NxN)",
+    "h2d_pinned": "MiB copied per step",
+    "h2d_pageable": "MiB copied per step",
+    "dataloader": "batch size (3x224x224 images)",
+    "allreduce": "MiB of float32 reduced per step",
+    "train_step": "batch size (sequences of 256 tokens)",
+    "cpu_dataloader": "batch size (3x64x64 images)",
+    "shm_pingpong": "message bytes",
+    "mem_touch": "MiB mapped and touched per step",
+    "cpu_train_step": "batch size (samples)",
+}
+
+
+MONITOR_INTERVAL_S = 0.1
+
+
+class WorkloadError(Exception):
+    """A workload cannot run here; the message says why in words a user can act on."""
+
+
+def decode_throttle_reasons(mask):
+    """Names of the NVML clock-event reason bits set in ``mask`` (unknown bits as hex)."""
+    mask = int(mask)
+    names = [name for bit, name in CLOCKS_EVENT_REASONS if mask & bit]
+    known = 0
+    for bit, _name in CLOCKS_EVENT_REASONS:
+        known |= bit
+    rest = mask & ~known
+    bit = 1
+    while rest:
+        if rest & bit:
+            names.append("unknown_0x%x" % bit)
+            rest &= ~bit
+        bit <<= 1
+    return names
+
+
+# ---------------------------------------------------------------------------------------
+# Conditions: host state and GPU state (NVML), read before, during and after a block.
+
+
+def _read_first_line(path):
+    try:
+        with open(path) as handle:
+            return handle.readline().strip()
+    except (IOError, OSError):
+        return None
+
+
+def _bracketed(text):
+    """The selected value of a sysfs choice file such as ``always [madvise] never``."""
+    if not text or "[" not in text:
+        return text
+    return text.split("[", 1)[1].split("]", 1)[0]
+
+
+def host_conditions():
+    """Load, CPU count, affinity, /dev/shm size, THP mode and available memory."""
+    out = {"cpu_count": os.cpu_count()}
+    try:
+        out["affinity_cpus"] = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        out["affinity_cpus"] = None
+    try:
+        load = os.getloadavg()
+        out["loadavg_1m"], out["loadavg_5m"], out["loadavg_15m"] = (round(v, 2) for v in load)
+    except (AttributeError, OSError):
+        out["loadavg_1m"] = out["loadavg_5m"] = out["loadavg_15m"] = None
+    try:
+        st = os.statvfs("/dev/shm")
+        out["shm_size_bytes"] = st.f_blocks * st.f_frsize
+        out["shm_free_bytes"] = st.f_bavail * st.f_frsize
+    except (AttributeError, OSError):
+        out["shm_size_bytes"] = out["shm_free_bytes"] = None
+    out["thp_enabled"] = _bracketed(_read_first_line("/sys/kernel/mm/transparent_hugepage/enabled"))
+    out["mem_available_bytes"] = None
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    out["mem_available_bytes"] = int(line.split()[1]) * 1024
+                    break
+    except (IOError, OSError, ValueError):
+        pass
+    return out
+
+
+def _text(value):
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _strip_uuid(value):
+    value = _text(value).strip().lower()
+    for prefix in ("gpu-", "mig-"):
+        if value.startswith(prefix):
+            return value[len(prefix) :]
+    return value
+
+
+class Monitor:
+    """Reads host and GPU conditions before and after a block, and polls GPUs during it.
+
+    ``gpus`` is a list of ``{"index": n, "uuid": "..."|None}``: the GPU is found in NVML
+    by UUID when one is given (robust against CUDA_VISIBLE_DEVICES reordering), else by
+    index. Without pynvml, or when NVML cannot start, GPU state is left out and
+    ``nvml`` says why; the host part is always there.
+    """
+
+    def __init__(self, gpus=(), interval=MONITOR_INTERVAL_S):
+        self.interval = interval
+        self.nvml = None
+        self.handles = []
+        self.nvml_status = "not used"
+        self.before = None
+        self.after = None
+        self.during = {}
+        self._stop = threading.Event()
+        self._thread = None
+        gpus = list(gpus)
+        if gpus:
+            self._open_nvml(gpus)
+
+    def _open_nvml(self, gpus):
+        try:
+            import pynvml  # pylint: disable=import-outside-toplevel
+
+            pynvml.nvmlInit()
+        except Exception as exc:  # noqa: BLE001 - any NVML failure only removes GPU data
+            self.nvml_status = "unavailable: %s" % (exc,)
+            return
+        self.nvml = pynvml
+        try:
+            by_uuid = {}
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+                with contextlib.suppress(pynvml.NVMLError):
+                    by_uuid[_strip_uuid(pynvml.nvmlDeviceGetUUID(handle))] = (i, handle)
+            for gpu in gpus:
+                uuid = _strip_uuid(gpu["uuid"]) if gpu.get("uuid") else None
+                if uuid and uuid in by_uuid:
+                    index, handle = by_uuid[uuid]
+                else:
+                    index = int(gpu["index"])
+                    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                self.handles.append((index, handle))
+            self.nvml_status = "ok"
+        except Exception as exc:  # noqa: BLE001
+            self.handles = []
+            self.nvml_status = "unavailable: %s" % (exc,)
+
+    def _call(self, name, *args):
+        func = getattr(self.nvml, name, None)
+        if func is None:
+            return None
+        try:
+            return func(*args)
+        except Exception:  # noqa: BLE001 - a field the GPU does not support stays None
+            return None
+
+    def _reasons(self, handle):
+        mask = self._call("nvmlDeviceGetCurrentClocksEventReasons", handle)
+        if mask is None:
+            mask = self._call("nvmlDeviceGetCurrentClocksThrottleReasons", handle)
+        return None if mask is None else decode_throttle_reasons(mask)
+
+    def gpu_state(self, index, handle):
+        nv = self.nvml
+        power_mw = self._call("nvmlDeviceGetPowerUsage", handle)
+        return {
+            "index": index,
+            "name": _text(self._call("nvmlDeviceGetName", handle) or ""),
+            "sm_clock_mhz": self._call("nvmlDeviceGetClockInfo", handle, nv.NVML_CLOCK_SM),
+            "mem_clock_mhz": self._call("nvmlDeviceGetClockInfo", handle, nv.NVML_CLOCK_MEM),
+            "temperature_c": self._call("nvmlDeviceGetTemperature", handle, nv.NVML_TEMPERATURE_GPU),
+            "power_w": None if power_mw is None else round(power_mw / 1000.0, 1),
+            "throttle_reasons": self._reasons(handle),
+        }
+
+    def snapshot(self):
+        return {
+            "host": host_conditions(),
+            "gpus": [self.gpu_state(index, handle) for index, handle in self.handles],
+        }
+
+    def _poll(self):
+        while not self._stop.is_set():
+            for index, handle in self.handles:
+                self._record(index, handle)
+            self._stop.wait(self.interval)
+
+    def _record(self, index, handle):
+        entry = self.during.setdefault(
+            str(index),
+            {
+                "polls": 0,
+                "throttle_reasons_seen": [],
+                "sm_clock_min_mhz": None,
+                "sm_clock_max_mhz": None,
+                "temperature_max_c": None,
+                "power_max_w": None,
+            },
+        )
+        entry["polls"] += 1
+        for name in self._reasons(handle) or ():
+            if name not in entry["throttle_reasons_seen"]:
+                entry["throttle_reasons_seen"].append(name)
+        sm = self._call("nvmlDeviceGetClockInfo", handle, self.nvml.NVML_CLOCK_SM)
+        if sm is not None:
+            lo, hi = entry["sm_clock_min_mhz"], entry["sm_clock_max_mhz"]
+            entry["sm_clock_min_mhz"] = sm if lo is None else min(lo, sm)
+            entry["sm_clock_max_mhz"] = sm if hi is None else max(hi, sm)
+        temp = self._call("nvmlDeviceGetTemperature", handle, self.nvml.NVML_TEMPERATURE_GPU)
+        if temp is not None and (entry["temperature_max_c"] is None or temp > entry["temperature_max_c"]):
+            entry["temperature_max_c"] = temp
+        power_mw = self._call("nvmlDeviceGetPowerUsage", handle)
+        if power_mw is not None:
+            watts = round(power_mw / 1000.0, 1)
+            if entry["power_max_w"] is None or watts > entry["power_max_w"]:
+                entry["power_max_w"] = watts
+
+    def begin(self):
+        self.before = self.snapshot()
+        if self.handles:
+            self._thread = threading.Thread(target=self._poll, name="stacktune-nvml-poll")
+            self._thread.daemon = True
+            self._thread.start()
+
+    def end(self):
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+        if self.before is not None and self.after is None:
+            self.after = self.snapshot()
+
+    def result(self):
+        if self.nvml is not None:
+            with contextlib.suppress(Exception):
+                self.nvml.nvmlShutdown()
+            self.nvml = None
+        return {"before": self.before, "after": self.after, "during": self.during, "nvml": self.nvml_status}
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def libc_prctl():
+    """libc's prctl, or None where there is none (resolved before any fork)."""
+    try:
+        import ctypes  # pylint: disable=import-outside-toplevel
+
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError, ImportError):
+        return None
+
+
+def die_with_parent(prctl=None, parent=None):
+    """Have the kernel SIGKILL this process when the process that started it dies (Linux).
+
+    Every program stacktune starts (through :func:`run_process`) and every worker process a
+    workload starts calls it first, so a killed bench module or workload leaves no process
+    behind. ``parent``: the pid the caller expects as parent; if it is already gone, exit.
+    """
+    prctl = prctl or libc_prctl()
+    if prctl is not None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
+
+
+def timed_loop(step, steps, warmup, monitor):
+    """Run ``warmup`` unmeasured steps, then ``steps`` measured ones; ``step`` returns ms."""
+    for _warm in range(warmup):
+        step()
+    monitor.begin()
+    samples = []
+    try:
+        for _step in range(steps):
+            samples.append(float(step()))
+    finally:
+        monitor.end()
+    return samples
+
+
+def ms_since(t0):
+    return (time.perf_counter() - t0) * 1000.0

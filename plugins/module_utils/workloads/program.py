@@ -1,0 +1,292 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The workload program's entry point: one block as the JSON arguments describe it, or the
+block runner that forks a fresh process per block. The last part of the assembled program
+(``base.py``); ``python program.py '<json>'`` runs it.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import time
+import traceback
+
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import (
+    DEFAULT_SIZE,
+    DEFAULT_STEPS,
+    DEFAULT_STEPS_OTHER,
+    GPU_WORKLOADS,
+    SIZE_MEANING,
+    WorkloadError,
+    die_with_parent,
+)
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.cpu import (
+    wl_cpu_dataloader,
+    wl_cpu_train_step,
+    wl_mem_touch,
+    wl_shm_pingpong,
+)
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.gpu import (
+    wl_allreduce,
+    wl_dataloader,
+    wl_gemm,
+    wl_h2d_pageable,
+    wl_h2d_pinned,
+    wl_train_step,
+)
+
+
+WORKLOAD_FUNCS = {
+    "gemm": wl_gemm,
+    "h2d_pinned": wl_h2d_pinned,
+    "h2d_pageable": wl_h2d_pageable,
+    "dataloader": wl_dataloader,
+    "allreduce": wl_allreduce,
+    "train_step": wl_train_step,
+    "cpu_dataloader": wl_cpu_dataloader,
+    "shm_pingpong": wl_shm_pingpong,
+    "mem_touch": wl_mem_touch,
+    "cpu_train_step": wl_cpu_train_step,
+}
+
+
+def resolve_auto():
+    """``gemm`` when this interpreter has a CUDA-enabled torch that sees a GPU, else ``cpu_dataloader``."""
+    try:
+        import torch  # pylint: disable=import-outside-toplevel
+
+        if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+            return "gemm"
+    except Exception:  # noqa: BLE001 - a broken torch install means no GPU workload
+        pass
+    return "cpu_dataloader"
+
+
+def run(cfg):
+    """Run one block as described by ``cfg`` and return the result document."""
+    name = cfg["workload"]
+    if name == "auto":
+        name = resolve_auto()
+    if name not in WORKLOAD_FUNCS:
+        raise WorkloadError("unknown workload %r" % name)
+    cpus = cfg.get("cpus")
+    if cpus:
+        try:
+            os.sched_setaffinity(0, cpus)
+        except (AttributeError, OSError, ValueError) as exc:
+            raise WorkloadError("cannot pin the workload to CPUs %s: %s" % (cpus, exc)) from None
+    params = {
+        "steps": int(cfg["steps"]) if cfg.get("steps") is not None else DEFAULT_STEPS.get(name, DEFAULT_STEPS_OTHER),
+        "warmup": int(cfg["warmup"]),
+        "size": int(cfg["size"]) if cfg.get("size") is not None else DEFAULT_SIZE[name],
+        "workers": int(cfg.get("workers", 4)),
+        "device": int(cfg.get("device", 0)),
+    }
+    t0 = time.perf_counter()
+    out = WORKLOAD_FUNCS[name](params)
+    out["measure_s"] = round(time.perf_counter() - t0, 3)
+    out["workload"] = name
+    out["size"] = params["size"]
+    out["size_meaning"] = SIZE_MEANING[name]
+    out["warmup"] = params["warmup"]
+    out["python"] = sys.executable
+    out["python_version"] = "%d.%d.%d" % sys.version_info[:3]
+    try:
+        out["cpus"] = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        out["cpus"] = None
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# The block runner: a warm parent that forks one fresh process per block.
+#
+# Started once per layer measurement (bench ``runner_state=started``), it imports what the
+# workloads import (torch, without initialising CUDA) and then waits on a private unix socket.
+# Each block it is asked for runs in a child forked for it: a process of its own (its own
+# session, CUDA context, NCCL initialisation, its own reading of /etc/nccl.conf, limits and
+# /dev/shm), so a block stays the unit of noise; only the interpreter's start and the imports
+# are paid once. It ends when asked, when it is idle for ``idle_s``, when its folder is
+# removed, or as soon as its run no longer holds the host's lease.
+
+
+def _lease_holder(lock_path):
+    try:
+        with open(lock_path) as handle:
+            data = json.load(handle)
+    except (IOError, OSError, ValueError):
+        return None
+    holder = data.get("holder") if isinstance(data, dict) and "holder" in data else data
+    if not isinstance(holder, dict) or float(holder.get("expires_ts", 0)) <= time.time():
+        return None
+    return holder.get("run_id")
+
+
+def _run_child(request, folder, number, listener, conn):
+    """In the forked child: one block, its result document to a file, then exit."""
+    listener.close()
+    conn.close()
+    os.setsid()
+    die_with_parent()
+    os.environ.update({str(k): str(v) for k, v in (request.get("env") or {}).items()})
+    out = os.open(os.path.join(folder, "out-%d" % number), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    err = os.open(os.path.join(folder, "err-%d" % number), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    code = 1
+    try:
+        code = main(["runner", json.dumps(request["args"])])
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _serve_one(listener, conn, folder, number):
+    """Read one request, fork its block, wait for it (or for a kill), answer with its files."""
+    conn.settimeout(30)
+    raw = b""
+    while not raw.endswith(b"\n"):
+        chunk = conn.recv(65536)
+        if not chunk:
+            return False
+        raw += chunk
+    request = json.loads(raw.decode("utf-8"))
+    if request.get("stop"):
+        conn.sendall(b'{"stopped": true}\n')
+        return True
+    pid = os.fork()
+    if pid == 0:
+        _run_child(request, folder, number, listener, conn)
+    conn.setblocking(False)
+    rc = None
+    while rc is None:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            rc = os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status >> 8
+            break
+        try:
+            said = conn.recv(64)
+        except (BlockingIOError, InterruptedError):
+            said = None
+        except OSError:
+            said = b""
+        if said is not None:  # "kill" or the client gone (timeout, lost lease, killed module)
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            rc = -signal.SIGKILL
+            break
+        time.sleep(0.05)
+    conn.setblocking(True)
+    answer = {"rc": rc, "out": os.path.join(folder, "out-%d" % number), "err": os.path.join(folder, "err-%d" % number)}
+    with contextlib.suppress(OSError):
+        conn.sendall((json.dumps(answer) + "\n").encode("utf-8"))
+    return False
+
+
+# What the block runner imports before it forks, per workload: torch for every GPU workload,
+# and what a workload's own set-up would otherwise import anew in every block. On the one-H200
+# host a train_step block spent 6.9-7.4 s building its model and optimiser when the parent had
+# imported torch only (the optimiser's first use imports torch._dynamo), 0.53-0.58 s when the
+# parent had imported these too (docs/benchmarks.md). None of them initialises CUDA.
+RUNNER_PRELOAD = {
+    "train_step": ("torch._dynamo", "torch.optim"),
+    "dataloader": ("torch.utils.data",),
+    "allreduce": ("torch.distributed",),
+}
+
+
+def runner_preload(workloads):
+    """The modules a runner for ``workloads`` imports, in order (none for CPU workloads only)."""
+    names = [w for w in workloads if w in GPU_WORKLOADS or w == "auto"]
+    if not names:
+        return []
+    modules = ["torch"]
+    for name in names:
+        modules.extend(m for m in RUNNER_PRELOAD.get(name, ()) if m not in modules)
+    return modules
+
+
+def _preload(modules, folder):
+    """Import ``modules`` and write what each took to ``ready.json`` in ``folder``."""
+    imports = []
+    for module in modules:
+        t0 = time.perf_counter()
+        error = None
+        try:
+            __import__(module)
+        except Exception as exc:  # noqa: BLE001 - a block that needs it reports the error itself
+            error = "%s: %s" % (type(exc).__name__, exc)
+        imports.append({"module": module, "seconds": round(time.perf_counter() - t0, 3), "error": error})
+    with open(os.path.join(folder, "ready.json"), "w") as handle:
+        json.dump({"imports": imports}, handle)
+    return imports
+
+
+def serve(cfg):
+    """The block runner's loop (see above). ``cfg``: socket, run_id, lock_path, idle_s, preload."""
+    folder = os.path.dirname(cfg["socket"])
+    _preload(cfg.get("preload") or (), folder)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(cfg["socket"] + ".tmp")
+    os.chmod(cfg["socket"] + ".tmp", 0o600)
+    listener.listen(4)
+    os.rename(cfg["socket"] + ".tmp", cfg["socket"])  # there only once it answers
+    listener.settimeout(1.0)
+    last, number = time.time(), 0
+    try:
+        while True:
+            if cfg.get("run_id") and _lease_holder(cfg["lock_path"]) != cfg["run_id"]:
+                return 0
+            if time.time() - last > float(cfg.get("idle_s", 900)) or not os.path.exists(cfg["socket"]):
+                return 0
+            try:
+                conn, _addr = listener.accept()
+            except socket.timeout:
+                continue
+            number += 1
+            with conn:
+                if _serve_one(listener, conn, folder, number):
+                    return 0
+            last = time.time()
+    finally:
+        listener.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def main(argv):
+    # Keep stdout for the one result document: anything a library prints goes to stderr.
+    result_stream = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    code = 0
+    try:
+        if len(argv) != 2:
+            raise WorkloadError("usage: %s '<json arguments>'" % argv[0])
+        cfg = json.loads(argv[1])
+        if "serve" in cfg:
+            return serve(cfg["serve"])
+        result = run(cfg)
+    except WorkloadError as exc:
+        result, code = {"error": str(exc)}, 2
+    except Exception as exc:  # noqa: BLE001 - reported as data, the module turns it into fail_json
+        result = {"error": "%s: %s" % (type(exc).__name__, exc), "traceback": traceback.format_exc()}
+        code = 1
+    result_stream.write(json.dumps(result))
+    result_stream.write("\n")
+    result_stream.flush()
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))

@@ -1,0 +1,60 @@
+"""The hardware constants and the two readings of a version (module_utils/hardware/constants.py),
+and the one tmpfiles persistence the sysfs and irq_affinity kinds share."""
+
+import pytest
+
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.irq import IrqAffinityKind
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.sysfs import TMPFILES, SysfsKind, TmpfilesUnit
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import constants
+
+
+@pytest.mark.parametrize(
+    "newer, older",
+    [("12.4.127", "12.4.99"), ("9.1.0", "9.0.12"), ("2.28.3", "2.28"), ("12.4.1", "12.4.x")],
+)
+def test_version_order_orders_library_versions(newer, older):
+    assert constants.version_order(newer) > constants.version_order(older)
+
+
+def test_version_order_of_nothing_is_the_empty_part():
+    assert constants.version_order(None) == (-1,)
+
+
+@pytest.mark.parametrize(
+    "text, parts, expected",
+    [
+        ("6.8.0-45-generic", 3, (6, 8, 0)),
+        ("6.8.0-45-generic", 2, (6, 8)),
+        ("550.54.15", 1, (550,)),
+        (" 5.15", 3, (5, 15)),
+        ("generic", 3, None),
+        (None, 3, None),
+    ],
+)
+def test_version_prefix_reads_the_leading_numbers(text, parts, expected):
+    assert constants.version_prefix(text, parts) == expected
+
+
+def test_pcie_rates_and_addresses():
+    assert constants.PCIE_GT_S[5] == 32.0 and constants.PCIE_GT_S[7] == 128.0
+    assert sorted(constants.PCIE_GT_S) == list(range(1, 8))
+    assert constants.PCI_ADDRESS.match("0000:3b:00.0") and constants.PCI_ADDRESS.match("10000:01:00.7")
+    assert not constants.PCI_ADDRESS.match("3b:00.0")
+
+
+def test_slowdown_reasons_are_known_clock_event_reasons():
+    names = {name for _bit, name in constants.CLOCKS_EVENT_REASONS}
+    assert set(constants.SLOWDOWN_REASONS) <= names
+    assert "sw_power_cap" not in constants.SLOWDOWN_REASONS
+
+
+def test_sysfs_and_irq_affinity_persist_through_one_tmpfiles_unit():
+    for kind in (SysfsKind, IrqAffinityKind):
+        assert issubclass(kind, TmpfilesUnit)
+        for method in ("unit", "render", "persisted", "boot_value"):
+            assert getattr(kind, method) is getattr(TmpfilesUnit, method), (kind, method)
+
+    class Ctx:
+        layer = "numa_irq"
+
+    assert IrqAffinityKind().unit({}, Ctx()) == {"type": "dropin", "path": TMPFILES % "numa_irq", "kind": "tmpfiles"}

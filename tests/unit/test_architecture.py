@@ -1,0 +1,202 @@
+"""The shape of plugins/ that docs/architecture.md describes, checked on the source.
+
+- the import graph of plugins/ has no circle (imports inside functions count too);
+- no module imports a private name (``_name``) of another, neither ``from m import _name``
+  nor ``m._name`` through an imported module;
+- no module_utils file is over 800 lines;
+- the programs stacktune runs on a host are .py files: the acceptance program, and the
+  workload program's parts, each of which needs only the standard library and the parts
+  before it.
+"""
+
+import ast
+import os
+import sys
+
+import pytest
+
+from ansible_collections.stacktune.gpu.plugins.module_utils.acceptance import program as acceptance_program
+from ansible_collections.stacktune.gpu.plugins.module_utils.acceptance import runner
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import source
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PLUGINS = os.path.join(REPO, "plugins")
+COLLECTION = "ansible_collections.stacktune.gpu."
+MAX_LINES = 800
+
+
+def module_name(path):
+    rel = os.path.relpath(path, REPO)[: -len(".py")].replace(os.sep, ".")
+    return COLLECTION + (rel[: -len(".__init__")] if rel.endswith(".__init__") else rel)
+
+
+def python_files(top):
+    for base, _dirs, files in os.walk(top):
+        for name in sorted(files):
+            if name.endswith(".py"):
+                yield os.path.join(base, name)
+
+
+MODULES = {module_name(path): path for path in python_files(PLUGINS)}
+
+
+def parsed(path):
+    with open(path) as handle:
+        return ast.parse(handle.read(), path)
+
+
+def imports(path):
+    """(line, module imported from, name, is_module) for every collection import in a file."""
+    out = []
+    for node in ast.walk(parsed(path)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(COLLECTION):
+            for alias in node.names:
+                full = node.module + "." + alias.name
+                out.append((node.lineno, node.module, alias, full in MODULES))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith(COLLECTION):
+                    out.append((node.lineno, alias.name, None, True))
+    return out
+
+
+def graph():
+    edges = {}
+    for name, path in MODULES.items():
+        deps = set()
+        for _line, module, alias, is_module in imports(path):
+            deps.add(module + "." + alias.name if alias is not None and is_module else module)
+        edges[name] = {d for d in deps if d in MODULES and d != name}
+    return edges
+
+
+def circles(edges):
+    found, state, stack = [], {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for dep in sorted(edges[node]):
+            if state.get(dep) == "open":
+                found.append(stack[stack.index(dep) :] + [dep])
+            elif dep not in state:
+                visit(dep)
+        stack.pop()
+        state[node] = "done"
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node)
+    return found
+
+
+def test_the_graph_is_read():
+    edges = graph()
+    assert len(edges) > 60
+    engine = COLLECTION + "plugins.module_utils.engine.engine"
+    assert COLLECTION + "plugins.module_utils.engine.units" in edges[engine]
+
+
+def test_circles_are_found():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_import_graph_of_plugins_has_no_circle():
+    assert circles(graph()) == []
+
+
+@pytest.mark.parametrize("path", sorted(MODULES.values()), ids=lambda p: os.path.relpath(p, PLUGINS))
+def test_no_module_imports_a_private_name_of_another(path):
+    tree = parsed(path)
+    modules = {}
+    for line, module, alias, is_module in imports(path):
+        if alias is None:
+            continue
+        assert not alias.name.startswith("_"), "%s:%d imports %s from %s" % (path, line, alias.name, module)
+        if is_module:
+            modules[alias.asname or alias.name] = module + "." + alias.name
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
+            private = node.attr.startswith("_") and not node.attr.startswith("__")
+            assert not private, "%s:%d uses %s.%s" % (path, node.lineno, modules[node.value.id], node.attr)
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(python_files(os.path.join(PLUGINS, "module_utils"))),
+    ids=lambda p: os.path.relpath(p, PLUGINS),
+)
+def test_no_module_utils_file_is_over_800_lines(path):
+    with open(path) as handle:
+        lines = handle.read().count("\n")
+    assert lines <= MAX_LINES, "%s has %d lines" % (path, lines)
+
+
+def test_module_utils_is_in_packages():
+    top = os.path.join(PLUGINS, "module_utils")
+    assert not [n for n in os.listdir(top) if n.endswith(".py")]
+    for base, dirs, _files in os.walk(top):
+        for name in dirs:
+            if name != "__pycache__":
+                init = os.path.join(base, name, "__init__.py")
+                assert os.path.isfile(init), init
+                assert os.path.getsize(init) == 0, init  # ansible-test sanity: empty-init
+
+
+def test_the_acceptance_program_is_a_py_file_shipped_as_it_is():
+    with open(acceptance_program.__file__) as handle:
+        text = handle.read()
+    assert runner.program_source() == text
+    compile(text, "acceptance.py", "exec")
+
+
+def _top_level_names(tree):
+    names = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, ast.Assign):
+            names.extend(t.id for t in node.targets if isinstance(t, ast.Name))
+    return names
+
+
+def test_the_workload_program_is_one_file_of_its_parts():
+    text = source.program_source()
+    tree = ast.parse(text)
+    names = [n for n in _top_level_names(tree) if n != "__metaclass__"]
+    assert len(names) == len(set(names)), "a name is defined twice in the assembled program"
+    assert "ansible_collections" not in text
+    assert text.count("from __future__ import") == 1
+    for part in source.PARTS:
+        body = _top_level_names(ast.parse(source.part_text(source.module_source(part))))
+        assert set(body) <= set(names), part.__name__
+
+
+@pytest.mark.parametrize("part", source.PARTS, ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_each_workload_part_needs_the_standard_library_and_earlier_parts_only(part):
+    earlier = {p.__name__ for p in source.PARTS[: source.PARTS.index(part)]}
+    for node in parsed(part.__file__).body:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                assert alias.name.split(".")[0] in sys.stdlib_module_names, (part.__name__, alias.name)
+        elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            if node.module.startswith(COLLECTION):
+                assert node.module in earlier, (part.__name__, node.module)
+            else:
+                assert node.module.split(".")[0] in sys.stdlib_module_names, (part.__name__, node.module)
+
+
+def test_part_text_leaves_out_what_only_the_collection_needs():
+    text = (
+        '# header\n"""Doc."""\n\nfrom __future__ import absolute_import\n\n__metaclass__ = type\n\n'
+        "import os\n\nfrom ansible_collections.x.y import z  # a part before\n\n\n# kept\nVALUE = z(os.sep)\n"
+    )
+    assert source.part_text(text) == "import os\n\n\n\n# kept\nVALUE = z(os.sep)\n"
+
+
+def test_write_program_writes_the_assembled_program(tmp_path):
+    path = source.write_program(str(tmp_path))
+    assert path == str(tmp_path / "stacktune_workload.py")
+    with open(path) as handle:
+        assert handle.read() == source.program_source()
