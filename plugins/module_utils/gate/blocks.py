@@ -56,11 +56,10 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.gate.verdicts import
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import mean, quantile
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import (
-    DEFAULTS,
     DIMENSIONS,
     MIN_BLOCKS_PER_ARM,
     WORSE_RULES,
-    check_settings,
+    gate_settings,
     look_confidence,
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import t_ppf
@@ -289,27 +288,17 @@ def _stall_dim(bs, as_, at_b, at_a, confidence, band, factor, better_conf=None):
     return out
 
 
-def judge_blocks(
-    before,
-    after,
-    policy="improve",
-    tail_quantile=DEFAULTS["tail_quantile"],
-    tail_tolerance=DEFAULTS["tail_tolerance"],
-    min_gain=DEFAULTS["min_gain"],
-    confidence=DEFAULTS["confidence"],
-    stall_factor=DEFAULTS["stall_factor"],
-    stall_tolerance=DEFAULTS["stall_tolerance"],
-    final=False,
-    looks=1,
-    worse_rule="significance",
-):
+def judge_blocks(before, after, policy="improve", final=False, looks=1, worse_rule="significance", **settings):
     """Judge one change from blocks of step times (see the module docstring).
 
     ``before``/``after``: a list of blocks (each a list of step ms) or a dict
     ``{"blocks": [...], "throughput": [per block], "at": [position of each block]}``.
     ``looks``: how many looks the sequential design plans; each uses
-    ``1 - (1 - confidence) / looks``. ``worse_rule``: ``significance`` (a dimension is worse
-    when it is significantly worse beyond its tolerance, at the confidence "better" takes) or
+    ``1 - (1 - confidence) / looks``. ``settings``: the gate's settings by name
+    (``gate.settings.SETTINGS``: tail_quantile, tail_tolerance, min_gain, confidence,
+    stall_factor, stall_tolerance), the defaults for those not given. ``worse_rule``:
+    ``significance`` (a dimension is worse when it is significantly worse beyond its
+    tolerance, at the confidence "better" takes) or
     ``whole_interval`` (only when the whole interval is beyond the tolerance: the gate's rule
     before the symmetric one, kept so that its benchmark can show both on the same blocks).
     Returns the decision record; raises ValueError naming the offending argument.
@@ -318,17 +307,7 @@ def judge_blocks(
         raise ValueError("worse_rule must be one of %s, got %r" % (", ".join(WORSE_RULES), worse_rule))
     if policy not in POLICIES:
         raise ValueError("policy must be one of %s, got %r" % (", ".join(POLICIES), policy))
-    s = check_settings(
-        {
-            "tail_quantile": tail_quantile,
-            "tail_tolerance": tail_tolerance,
-            "min_gain": min_gain,
-            "confidence": confidence,
-            "stall_factor": stall_factor,
-            "stall_tolerance": stall_tolerance,
-        },
-        prefix="",
-    )
+    s = gate_settings(settings, "judge_blocks")
     if not isinstance(final, bool):
         raise ValueError("final must be a boolean, got %r" % (final,))
     if isinstance(looks, bool) or not isinstance(looks, int) or looks < 1:

@@ -71,6 +71,18 @@ def _number_value(name, value, low, high, low_open, high_open):
 WORSE_RULES = ("significance", "whole_interval")
 
 
+def gate_settings(given, caller):
+    """The gate's settings as an entry point takes them (keyword arguments named as in
+    :data:`SETTINGS`): :data:`DEFAULTS` for those not given, each checked against its range
+    (ValueError naming it). An unknown name is a TypeError, as for any keyword argument."""
+    unknown = sorted(set(given) - set(SETTINGS))
+    if unknown:
+        raise TypeError("%s() got an unexpected keyword argument %r" % (caller, unknown[0]))
+    merged = dict(DEFAULTS)
+    merged.update(given)
+    return check_settings(merged, prefix="")
+
+
 def check_settings(
     settings,
     budget=None,

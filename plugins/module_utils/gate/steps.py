@@ -58,11 +58,10 @@ import struct
 from statistics import NormalDist
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate import blocks as _blocks
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import DEFAULTS
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import gate_settings
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import mean, quantile, stdev
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.verdicts import (
     POLICIES,
-    check_unit_interval,
     latency_verdict,
     ms,
     quantile_label,
@@ -415,53 +414,27 @@ def _summary(tp, p50, tail, confidence):
 # ------------------------------------------------------------------------ public API
 
 
-def judge(
-    before,
-    after,
-    policy="improve",
-    tail_quantile=DEFAULTS["tail_quantile"],
-    tail_tolerance=DEFAULTS["tail_tolerance"],
-    min_gain=DEFAULTS["min_gain"],
-    confidence=DEFAULTS["confidence"],
-    final=False,
-    seed=None,
-    resamples=DEFAULT_RESAMPLES,
-    stall_factor=DEFAULTS["stall_factor"],
-    stall_tolerance=DEFAULTS["stall_tolerance"],
-    looks=1,
-):
+def judge(before, after, policy="improve", final=False, seed=None, resamples=DEFAULT_RESAMPLES, looks=1, **settings):
     """Decide ``keep``, ``rollback`` or ``inconclusive`` for one before/after pair.
 
     ``before``/``after``: a flat list of per-step times in ms, or a dict
     ``{"samples_ms": [...], "throughput": items_per_s}``, judged step by step as below; or
     blocks (one per process run): a list of lists of step ms, or a dict ``{"blocks": [...],
     "throughput": [per block], "at": [positions]}``, judged over blocks by
-    ``blocks.judge_blocks`` (``stall_factor``, ``stall_tolerance`` and ``looks`` apply there
-    only). See docs/gate.md for the rules. Raises ValueError naming the offending argument.
+    ``blocks.judge_blocks`` (``looks`` applies there only). ``settings``: the gate's settings
+    by name (``gate.settings.SETTINGS``), the defaults for those not given. See docs/gate.md
+    for the rules. Raises ValueError naming the offending argument.
     """
 
     if _blocks.is_blocks(before) or _blocks.is_blocks(after):
         if not (_blocks.is_blocks(before) and _blocks.is_blocks(after)):
             raise ValueError("before and after must both be blocks (lists of lists of step ms) or both flat lists")
-        return _blocks.judge_blocks(
-            before,
-            after,
-            policy=policy,
-            tail_quantile=tail_quantile,
-            tail_tolerance=tail_tolerance,
-            min_gain=min_gain,
-            confidence=confidence,
-            stall_factor=stall_factor,
-            stall_tolerance=stall_tolerance,
-            final=final,
-            looks=looks,
-        )
+        return _blocks.judge_blocks(before, after, policy=policy, final=final, looks=looks, **settings)
     if policy not in POLICIES:
         raise ValueError("policy must be one of %s, got %r" % (", ".join(POLICIES), policy))
-    q = check_unit_interval("tail_quantile", tail_quantile, 0.5, 1.0)
-    tol = check_unit_interval("tail_tolerance", tail_tolerance, 0.0, 1.0, low_open=False)
-    gain = check_unit_interval("min_gain", min_gain, 0.0, 1.0, low_open=False)
-    confidence = check_unit_interval("confidence", confidence, 0.5, 1.0)
+    s = gate_settings(settings, "judge")
+    q, tol, gain, confidence = s["tail_quantile"], s["tail_tolerance"], s["min_gain"], s["confidence"]
+    factor, stall_tol = s["stall_factor"], s["stall_tolerance"]
     if not isinstance(final, bool):
         raise ValueError("final must be a boolean, got %r" % (final,))
     if isinstance(resamples, bool) or not isinstance(resamples, int) or not 100 <= resamples <= 1000000:
@@ -470,8 +443,6 @@ def judge(
         raise ValueError("seed must be an integer or None, got %r" % (seed,))
     xb, tp_b = _samples(before, "before")
     xa, tp_a = _samples(after, "after")
-    factor = check_unit_interval("stall_factor", stall_factor, 1.0, 1000.0)
-    stall_tol = check_unit_interval("stall_tolerance", stall_tolerance, 0.0, 1.0, low_open=False)
 
     eff_tol, eff_gain, eff_p50 = tol, gain, gain
 
