@@ -46,7 +46,8 @@ def _changed(rows):
 
 
 def plan_lines(layers, plans):
-    """One line per layer (what it will change, and its notes), one more per setting another file overrides."""
+    """One line per layer (what it will change, and its notes), one more per setting another file
+    overrides and per setting the host does not support (with why)."""
     layers, plans = plain(layers), plain(plans)
     if not isinstance(layers, list) or not isinstance(plans, list) or len(layers) != len(plans):
         raise AnsibleFilterError("plan_lines expects the list of layers and, in the same order, each layer's plan")
@@ -68,7 +69,20 @@ def plan_lines(layers, plans):
             for row in rows
             if row.get("status") == "overridden"
         ]
+        out += [
+            "  %s not supported on this host: %s" % (row.get("id"), _why_unsupported(row))
+            for row in rows
+            if row.get("status") == "unsupported"
+        ]
     return out
+
+
+def _why_unsupported(row):
+    """The reason without its last clause when that clause only repeats the setting's path."""
+    reason = str(row.get("reason") or "")
+    path = str(row.get("id") or "").partition(":")[2]
+    head, sep, tail = reason.rpartition(": ")
+    return head if sep and path and path in tail else reason
 
 
 def next_commands(checkout, check_mode=False):

@@ -70,6 +70,13 @@ PLANS = {
                 "status": "overridden",
                 "reason": "/etc/default/grub.d/40.cfg sets x",
             },
+            {
+                "id": "sysfs:/sys/firmware/acpi/platform_profile",
+                "changed": False,
+                "status": "unsupported",
+                "reason": "no ACPI platform profile (the firmware offers none): "
+                "/sys/firmware/acpi/platform_profile does not exist",
+            },
         ]
     },
 }
@@ -81,6 +88,8 @@ def test_plan_lines():
         "bios: nothing to change - n1; n2",
         "kernel: 1 to change (sysctl:a)",
         "  cmdline:x overridden: /etc/default/grub.d/40.cfg sets x",
+        "  sysfs:/sys/firmware/acpi/platform_profile not supported on this host: no ACPI platform profile "
+        "(the firmware offers none)",
         "own: nothing to change",
     ]
     with pytest.raises(AnsibleFilterError, match="same order"):
