@@ -13,8 +13,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import base64
-
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._plain import plain
@@ -96,11 +94,11 @@ def fleet_host_inputs(hostvars):
         raise AnsibleFilterError("fleet_host_inputs expects one host's variables (an item of hostvars)")
     results = [hostvars.get(name) for name in DRIVER_RESULTS]
     versions = [r["package_versions"] for r in results if hasattr(r, "keys") and "package_versions" in r]
-    slurped = hostvars.get("__fleet_report_acceptance_file")
-    content = slurped.get("content") if hasattr(slurped, "keys") else None
+    journal = hostvars.get("__fleet_report_journal")
+    record = journal.get("acceptance") if hasattr(journal, "keys") else None
     return {
         "driver_packages": plain(versions[0]) if versions else None,
-        "acceptance": base64.b64decode(content).decode("utf-8", "surrogateescape") if content is not None else None,
+        "acceptance": plain(record) if record else None,
     }
 
 

@@ -61,6 +61,14 @@ options:
         environments under C(/opt), C(/usr/local) and the module's own interpreter.
     type: bool
     default: true
+  files_root:
+    description:
+      - Read sysfs, procfs and the other files under this directory instead of C(/), for tests on a
+        constructed tree (the C(cpuio_tree) molecule scenario builds the cpu and io layers' settings
+        from the facts of one). NVML and the commands still ask the host the module runs on.
+    type: path
+    default: /
+    version_added: 0.2.0
 attributes:
   check_mode:
     support: full
@@ -233,6 +241,7 @@ def main():
             "include_raw": {"type": "bool", "default": False},
             "nics": {"type": "bool", "default": True},
             "libraries": {"type": "bool", "default": True},
+            "files_root": {"type": "path", "default": "/"},
         },
         supports_check_mode=True,
     )
@@ -242,7 +251,9 @@ def main():
         return module.run_command(argv, check_rc=False, environ_update={"LC_ALL": "C"}, expand_user_and_vars=False)
 
     try:
-        raw = capture(nics=module.params["nics"], libraries=module.params["libraries"], run=run)
+        raw = capture(
+            nics=module.params["nics"], libraries=module.params["libraries"], run=run, root=module.params["files_root"]
+        )
         facts = assemble(raw)
     except Exception as exc:  # noqa: BLE001 - report any unexpected failure without a traceback
         module.fail_json(msg="Failed to gather GPU topology facts: %s" % exc)

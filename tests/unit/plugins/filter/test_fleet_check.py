@@ -7,7 +7,6 @@ recorded h200.json and no_gpu_debian.json."""
 
 from __future__ import absolute_import, division, print_function
 
-import base64
 import copy
 import json
 import os
@@ -84,14 +83,36 @@ def test_lines_bad_input(facts):
 
 
 def test_host_inputs():
-    text = '{"verdict": "pass"}'
+    journaled = {"verdict": "pass", "metrics": {"memory_gbps": 4100.0}}
     hostvars = {
         "driver_verify": {"package_versions": ["580.1"]},
         "driver_plan": {"package_versions": ["570.1"]},
-        "__fleet_report_acceptance_file": {"content": base64.b64encode(text.encode()).decode()},
+        "__fleet_report_journal": {"changed": False, "layers": [], "acceptance": journaled},
     }
-    assert fleet_check.fleet_host_inputs(hostvars) == {"driver_packages": ["580.1"], "acceptance": text}
-    skipped = {"__fleet_report_acceptance_file": {"skipped": True}, "driver_result": {"changed": False}}
+    assert fleet_check.fleet_host_inputs(hostvars) == {"driver_packages": ["580.1"], "acceptance": journaled}
+    skipped = {"__fleet_report_journal": {"skipped": True}, "driver_result": {"changed": False}}
     assert fleet_check.fleet_host_inputs(skipped) == {"driver_packages": None, "acceptance": None}
+    # journal_info's acceptance is empty when the host has no record, or one it cannot use
+    for journal in ({"layers": [], "acceptance": {}}, {"acceptance": {}, "acceptance_error": "not JSON"}):
+        assert fleet_check.fleet_host_inputs({"__fleet_report_journal": journal})["acceptance"] is None
     with pytest.raises(AnsibleFilterError, match="one host's variables"):
         fleet_check.fleet_host_inputs(["not", "hostvars"])
+
+
+def test_journaled_record_reports_as_its_text(facts):
+    """The record journal_info returns gives the report its file's text gave, byte for byte."""
+    texts = {"gpu-a": record(4100.0), "gpu-b": record(4100.0), "gpu-c": record(3280.0), "gpu-d": None}
+    inputs = {
+        host: fleet_check.fleet_host_inputs(
+            {"__fleet_report_journal": {"acceptance": json.loads(text) if text else {}}}
+        )
+        for host, text in texts.items()
+    }
+    journaled = {host: i["acceptance"] for host, i in inputs.items()}
+    for kwargs in ({}, {"acceptance_min_hosts": 3}):
+        assert fleet.fleet_report(facts, acceptance=journaled, **kwargs) == fleet.fleet_report(
+            facts, acceptance=texts, **kwargs
+        )
+        assert fleet.fleet_report(facts, acceptance=journaled, output="markdown", **kwargs) == fleet.fleet_report(
+            facts, acceptance=texts, output="markdown", **kwargs
+        )

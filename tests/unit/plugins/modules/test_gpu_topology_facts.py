@@ -108,3 +108,41 @@ def test_module_runs_as_a_script(tmp_path):
     result = json.loads(proc.stdout)
     assert result["ansible_facts"]["stacktune"]["nics"] == []
     assert result["changed"] is False
+
+
+def test_files_root_reads_a_constructed_tree(capsys, tmp_path):
+    """With files_root, the files come from the tree: an intel_pstate CPU and /data on an NVMe partition."""
+
+    def write(path, text):
+        full = tmp_path / path.lstrip("/")
+        full.parent.mkdir(parents=True, exist_ok=True)
+        full.write_text(text)
+
+    cpu = "/sys/devices/system/cpu"
+    write(cpu + "/cpufreq/policy0/scaling_driver", "intel_pstate\n")
+    write(cpu + "/cpufreq/policy0/scaling_governor", "powersave\n")
+    write(cpu + "/cpufreq/policy0/scaling_available_governors", "performance powersave\n")
+    for index, (name, latency) in enumerate((("POLL", 0), ("C6", 133))):
+        write("%s/cpu0/cpuidle/state%d/name" % (cpu, index), name + "\n")
+        write("%s/cpu0/cpuidle/state%d/latency" % (cpu, index), "%d\n" % latency)
+    write("/proc/self/mountinfo", "30 1 259:1 / /data rw,relatime - xfs /dev/nvme0n1p1 rw\n")
+    disk = "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/nvme/nvme0/nvme0n1"
+    write(disk + "/queue/scheduler", "[none] mq-deadline\n")
+    write(disk + "/queue/read_ahead_kb", "128\n")
+    write(disk + "/nvme0n1p1/partition", "1\n")
+    (tmp_path / "sys/block").mkdir()
+    (tmp_path / "sys/dev/block").mkdir(parents=True)
+    (tmp_path / "sys/block/nvme0n1").symlink_to("../devices" + disk[len("/sys/devices") :])
+    (tmp_path / "sys/dev/block/259:1").symlink_to("../../devices" + disk[len("/sys/devices") :] + "/nvme0n1p1")
+
+    result = run_module(capsys, {"files_root": str(tmp_path), "nics": False, "libraries": False, "include_raw": True})
+    facts = result["ansible_facts"]["stacktune"]
+    assert facts["cpu"]["driver"] == "intel_pstate"
+    assert [p["governor"] for p in facts["cpu"]["policies"]] == ["powersave"]
+    assert [(s["name"], s["latency_us"]) for s in facts["cpu"]["idle_states"]] == [("POLL", 0), ("C6", 133)]
+    assert [(m["mount"], m["disk"]) for m in facts["block"]["mounts"]] == [("/data", "nvme0n1")]
+    assert facts["block"]["disks"]["nvme0n1"]["scheduler"] == "none"
+    assert facts["block"]["disks"]["nvme0n1"]["read_ahead_kb"] == 128
+    # the recording names the host paths, not the tree's
+    assert "/proc/self/mountinfo" in result["raw"]["files"]["files"]
+    assert topo.assemble(result["raw"]) == facts
