@@ -140,7 +140,13 @@ def open_data_dir(path):
     if not stat.S_ISDIR(before.st_mode):
         raise _bad_dir(path, "is not a directory")
     if not os.access(path, os.W_OK | os.X_OK):
-        raise _bad_dir(path, "is not writable by uid %d" % os.geteuid())
+        try:
+            read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+        except OSError:
+            read_only = False
+        raise _bad_dir(
+            path, "is on a read-only filesystem" if read_only else "is not writable by uid %d" % os.geteuid()
+        )
     try:
         fd = os.open(path, NOFOLLOW_DIR)
     except OSError as exc:

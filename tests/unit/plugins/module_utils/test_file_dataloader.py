@@ -9,6 +9,7 @@ touches a file it did not create."""
 
 from __future__ import absolute_import, division, print_function
 
+import contextlib
 import json
 import os
 import signal
@@ -202,20 +203,27 @@ def test_a_broken_read_fails_loudly_and_still_cleans_up(data, monkeypatch):
     assert os.listdir(str(data)) == []
 
 
-def test_a_short_file_is_a_broken_read(data):
+@contextlib.contextmanager
+def private_dir(data):
+    """A block's sub-directory in ``data``: (base fd, name, its fd); afterwards removed, leaving ``data`` empty."""
     base = files.open_data_dir(str(data))
     name, dir_fd, marker = files.make_private_dir(base)
     try:
-        files.write_dataset(dir_fd, [65536])
-        os.truncate(os.path.join(str(data), name, "sample-00000.bin"), 1000)
-        with pytest.raises(WorkloadError, match="read back 1000 bytes, 65536 were written"):
-            files.read_sample(dir_fd, 0, 65536)
+        yield base, name, dir_fd
     finally:
         assert files.clear_private_dir(base, name, dir_fd) == []
         os.close(marker)
         os.close(dir_fd)
         os.close(base)
     assert os.listdir(str(data)) == []
+
+
+def test_a_short_file_is_a_broken_read(data):
+    with private_dir(data) as (_base, name, dir_fd):
+        files.write_dataset(dir_fd, [65536])
+        os.truncate(os.path.join(str(data), name, "sample-00000.bin"), 1000)
+        with pytest.raises(WorkloadError, match="read back 1000 bytes, 65536 were written"):
+            files.read_sample(dir_fd, 0, 65536)
 
 
 @pytest.mark.parametrize(
@@ -258,6 +266,21 @@ def test_a_data_dir_this_user_may_not_write_is_refused(data, monkeypatch):
     assert os.listdir(str(data)) == []
 
 
+def test_a_data_dir_on_a_read_only_filesystem_is_refused_as_such(data, monkeypatch):
+    real = os.statvfs
+
+    def read_only(path):
+        st = real(path)
+        return os.statvfs_result(tuple(st)[:8] + (st.f_flag | os.ST_RDONLY,) + tuple(st)[9:])
+
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    monkeypatch.setattr(os, "statvfs", read_only)
+    with pytest.raises(WorkloadError, match="is on a read-only filesystem"):
+        run(data)
+    monkeypatch.undo()
+    assert os.listdir(str(data)) == []
+
+
 def test_too_little_free_space_is_refused_before_anything_is_written(data):
     (data / "keep.txt").write_text("x")
     with pytest.raises(WorkloadError, match="free some space there or set data_dir") as exc:
@@ -286,21 +309,14 @@ def test_the_default_data_set_needs_its_size_and_the_reserve(data, monkeypatch):
 def test_its_private_directory_is_made_private_whatever_the_umask(data):
     old = os.umask(0o277)
     try:
-        base = files.open_data_dir(str(data))
-        name, dir_fd, marker = files.make_private_dir(base)
+        with private_dir(data) as (_base, name, _dir_fd):
+            os.umask(old)
+            assert os.stat(str(data / name)).st_mode & 0o777 == 0o700
+            with open(str(data / name / files.FILE_MARKER)) as handle:
+                note = json.load(handle)
+            assert note["workload"] == "file_dataloader" and note["pid"] == os.getpid()
     finally:
         os.umask(old)
-    try:
-        assert os.stat(str(data / name)).st_mode & 0o777 == 0o700
-        with open(str(data / name / files.FILE_MARKER)) as handle:
-            note = json.load(handle)
-        assert note["workload"] == "file_dataloader" and note["pid"] == os.getpid()
-    finally:
-        assert files.clear_private_dir(base, name, dir_fd) == []
-        os.close(marker)
-        os.close(dir_fd)
-        os.close(base)
-    assert os.listdir(str(data)) == []
 
 
 def test_a_filesystem_that_is_not_a_block_device_has_no_device_name():
