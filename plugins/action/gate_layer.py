@@ -24,14 +24,19 @@ from ansible.utils.display import Display
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import JOURNAL_DIR
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.calibration import calibrate
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import GateSettingError, check_settings
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import Trial, WorkloadBroken, resolve_workloads
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import (
+    Trial,
+    WorkloadBroken,
+    resolve_workloads,
+    unmeasurable_reason,
+)
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.steps import POLICIES
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._controller import command
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._interrupt import Guard, Interrupted, write_record
 
 display = Display()
 
-BENCH_KEYS = ("command", "python", "size", "steps", "warmup", "timeout", "device", "workers", "env")
+BENCH_KEYS = ("command", "python", "size", "steps", "warmup", "timeout", "device", "workers", "env", "data_dir")
 # options of the measurement that are the gate's, not the bench module's
 GATE_BENCH_KEYS = ("runner", "steps_by_workload")
 # How a block that did not run to its end failed; these are measurements of the layer
@@ -190,7 +195,7 @@ class ActionModule(ActionBase):
             gpu_count = int(a.get("gpu_count") or 0)
         except (TypeError, ValueError):
             raise AnsibleActionFail("gpu_count must be an integer, got %r" % (a.get("gpu_count"),)) from None
-        workloads = resolve_workloads(candidates, gpu_count, a.get("workload"))
+        workloads = resolve_workloads(candidates, gpu_count, a.get("workload"), bench.get("data_dir"))
         return mode, settings, bench, workloads
 
     def run(self, tmp=None, task_vars=None):
@@ -214,8 +219,11 @@ class ActionModule(ActionBase):
                 "decision": "keep" if keep else "rollback",
                 "policy": policy,
                 "measurable": False,
-                "reason": "%s: not measurable on this host: none of the workloads that can see this layer (%s) "
-                "runs here" % ("keep" if keep else "rollback", ", ".join(a.get("workloads") or []) or "none declared"),
+                "reason": "%s: not measurable on this host: %s"
+                % (
+                    "keep" if keep else "rollback",
+                    unmeasurable_reason(a.get("workloads") or [], bench.get("data_dir")),
+                ),
             }
             decision["summary"] = decision["reason"]
             self._finish(decision, task_vars)

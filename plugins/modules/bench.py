@@ -29,7 +29,8 @@ description:
     line (see O(command)).
   - A block is marked void when a hardware, thermal or power-brake throttle reason was
     seen on a measured GPU before, during (polled every 0.1 s) or after it.
-  - The module never changes the host.
+  - The module never changes the host's settings; V(file_dataloader) writes files of its own
+    under O(data_dir) for the length of the block and removes them.
 options:
   workload:
     description:
@@ -46,12 +47,14 @@ options:
         shared-memory blocks in /dev/shm, samples/s; V(shm_pingpong) round trip of a message
         through shared memory with a semaphore handshake, steps/s; V(mem_touch) map anonymous
         memory and touch every 4 KiB page (sensitive to transparent huge pages), GB/s;
-        V(cpu_train_step) a pure-Python linear-model training step, samples/s."
+        V(cpu_train_step) a pure-Python linear-model training step, samples/s;
+        V(file_dataloader) worker processes read batches of small files (64-256 KiB) in a shuffled
+        order from the disk under O(data_dir), every read from the device, GB/s."
       - V(command) runs O(command).
     type: str
     default: auto
     choices: [auto, gemm, h2d_pinned, h2d_pageable, dataloader, allreduce, train_step,
-              cpu_dataloader, shm_pingpong, mem_touch, cpu_train_step, command]
+              cpu_dataloader, shm_pingpong, mem_touch, cpu_train_step, file_dataloader, command]
   steps:
     description:
       - Number of measured steps. For O(workload=command), the most step lines kept after the
@@ -89,15 +92,28 @@ options:
         V(cpu_dataloader) 64 (batch size of 3x64x64 images),
         V(shm_pingpong) 64 (message bytes),
         V(mem_touch) 32 (MiB per step),
-        V(cpu_train_step) 16 (batch size).
+        V(cpu_train_step) 16 (batch size),
+        V(file_dataloader) 32 (files per batch).
       - Ignored by O(workload=command).
     type: int
   workers:
     description:
-      - Worker processes of V(dataloader) (0 loads in the main process) and
-        V(cpu_dataloader) (at least 1).
+      - Worker processes of V(dataloader) (0 loads in the main process),
+        V(cpu_dataloader) and V(file_dataloader) (at least 1).
     type: int
     default: 4
+  data_dir:
+    description:
+      - For V(file_dataloader), required there and ignored by the other workloads; an absolute
+        path to a directory on the disk that holds the training data, which must not be a symlink
+        and must be writable.
+      - The workload makes a private sub-directory there (mode 0700, named
+        C(stacktune-file-dataloader-*)), writes 512 files of 64-256 KiB (81.2 MiB) into it, and
+        removes it at the end; it refuses to start unless 1 GiB stays free on that filesystem
+        beyond them. A sub-directory a killed block left behind is removed by the next block.
+        Nothing else in the directory is read, written or removed, and no symlink is followed.
+    type: path
+    version_added: 0.2.0
   cpus:
     description:
       - CPU list such as C(0-7,16) to pin the workload to, set with C(sched_setaffinity) inside
@@ -203,6 +219,11 @@ EXAMPLES = r"""
     workload: cpu_dataloader
     workers: 4
     cpus: "0-3"
+
+- name: Read batches of small files from the disk that holds the training data
+  stacktune.gpu.bench:
+    workload: file_dataloader
+    data_dir: /data/stacktune-bench
 
 - name: Measure the user's own training script, which prints one step_ms JSON line per step
   stacktune.gpu.bench:
@@ -382,6 +403,7 @@ ARGUMENT_SPEC = dict(
     size=dict(type="int"),
     workers=dict(type="int", default=4),
     cpus=dict(type="str"),
+    data_dir=dict(type="path"),
     command=dict(type="list", elements="str"),
     timeout=dict(type="int", default=600),
     env=dict(type="dict", default={}),

@@ -56,7 +56,8 @@ options:
     description:
       - Built-in workloads of M(stacktune.gpu.bench) that can see this layer, in order. GPU
         workloads run where the host has enough GPUs (V(allreduce) needs 2), the CPU ones only
-        where no GPU one can. Every block measures each chosen workload once.
+        where no GPU one can; V(file_dataloader) only with C(data_dir) in O(bench). Every block
+        measures each chosen workload once.
     type: list
     elements: str
     default: []
@@ -72,7 +73,7 @@ options:
   bench:
     description:
       - Options handed to M(stacktune.gpu.bench) for every block (C(command), C(python),
-        C(size), C(steps), C(warmup), C(timeout), C(device), C(workers), C(env)).
+        C(size), C(steps), C(warmup), C(timeout), C(device), C(workers), C(env), C(data_dir)).
     type: dict
     default: {}
   gate:

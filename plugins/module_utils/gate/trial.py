@@ -12,7 +12,11 @@ __metaclass__ = type
 
 import math
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import CPU_WORKLOADS, GPU_WORKLOADS
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import (
+    CPU_WORKLOADS,
+    DATA_DIR_WORKLOADS,
+    GPU_WORKLOADS,
+)
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import (
     DIMENSIONS,
@@ -477,14 +481,15 @@ class Trial:
 MIN_GPUS = {"allreduce": 2}
 
 
-def resolve_workloads(candidates, gpu_count, override=None):
+def resolve_workloads(candidates, gpu_count, override=None, data_dir=None):
     """The workloads that measure a layer on this host.
 
     ``candidates``: the layer's entry of ``stacktune_gate_workloads`` (workloads that can see
     the layer, in order). ``override``: ``stacktune_bench_workload`` when it is not ``auto``
     (the user's own ``command``, or one built-in workload for every layer). GPU workloads
     run where there are enough GPUs (all-reduce needs 2); the CPU ones only where none of the
-    GPU ones can. An empty list means the layer is not measurable here.
+    GPU ones can; the ones that read files (``file_dataloader``) only with a ``data_dir``
+    (``stacktune_bench_data_dir``). An empty list means the layer is not measurable here.
     """
     if override not in (None, "", "auto"):
         return [override]
@@ -497,4 +502,16 @@ def resolve_workloads(candidates, gpu_count, override=None):
         return gpu
     if "auto" in candidates:
         return ["auto"]
-    return [w for w in candidates if w in CPU_WORKLOADS]
+    return [w for w in candidates if w in CPU_WORKLOADS and (data_dir or w not in DATA_DIR_WORKLOADS)]
+
+
+def unmeasurable_reason(candidates, data_dir=None):
+    """Why none of ``candidates`` runs here, in words for the report."""
+    why = "none of the workloads that can see this layer (%s) runs here" % (", ".join(candidates) or "none declared")
+    needs = [w for w in candidates if w in DATA_DIR_WORKLOADS]
+    if needs and not data_dir:
+        why += (
+            "; %s reads files from stacktune_bench_data_dir, which is not set: set it to a directory on the disk "
+            "that holds the training data" % ", ".join(needs)
+        )
+    return why

@@ -47,6 +47,8 @@ RULES = {
     # roles' metrics_dir and acceptance_metrics_dir follow stacktune_metrics_dir
     "metrics_dir": {"absolute": True, "words_ok": ("auto",), "follows": "stacktune_metrics_dir"},
     "acceptance_metrics_dir": {"absolute": True, "words_ok": ("auto",), "follows": "stacktune_metrics_dir"},
+    # the file_dataloader workload's directory (null: the io layer is not measurable)
+    "stacktune_bench_data_dir": {"absolute": True},
     "stacktune_bench_steps": {"min": 10},
     "stacktune_bench_steps_by_workload": {"values_min": 10},
     "stacktune_bench_warmup": {"min": 0},

@@ -6,13 +6,13 @@
 
 The workload program of ``stacktune.gpu.bench`` is one self-contained file on the host,
 assembled from the parts in this package (``workloads/source.py``, ``PARTS``): the hardware
-constants, this file, the GPU workloads (``gpu.py``), the CPU workloads (``cpu.py``) and the
-entry point with the block runner (``program.py``). The bench module writes it to a private
-temporary file and runs it as ``[python, file, json-args]`` under the interpreter named by
-its ``python`` option (for GPU workloads one with PyTorch). The program prints exactly one
-JSON document on its standard output: the per-step samples (warm-up already discarded), the
-amount of work per step and the conditions (clocks, temperatures, throttle reasons, load)
-read inside the measuring process.
+constants, this file, the GPU workloads (``gpu.py``), the CPU workloads (``cpu.py``), the file
+workload (``files.py``) and the entry point with the block runner (``program.py``). The bench
+module writes it to a private temporary file and runs it as ``[python, file, json-args]``
+under the interpreter named by its ``python`` option (for GPU workloads one with PyTorch).
+The program prints exactly one JSON document on its standard output: the per-step samples
+(warm-up already discarded), the amount of work per step and the conditions (clocks,
+temperatures, throttle reasons, load) read inside the measuring process.
 
 Every part therefore imports nothing but the standard library at module level, and other
 parts only in its one collection import block (which the assembly leaves out: the names are
@@ -37,7 +37,12 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.constants i
 GPU_WORKLOADS = ("gemm", "h2d_pinned", "h2d_pageable", "dataloader", "allreduce", "train_step")
 
 
-CPU_WORKLOADS = ("cpu_dataloader", "shm_pingpong", "mem_touch", "cpu_train_step")
+CPU_WORKLOADS = ("cpu_dataloader", "shm_pingpong", "mem_touch", "cpu_train_step", "file_dataloader")
+
+
+# Workloads that read and write files in the data directory (the bench module's data_dir): without
+# one they cannot run.
+DATA_DIR_WORKLOADS = ("file_dataloader",)
 
 
 # Default of the `size` option per workload, and what the number means.
@@ -52,6 +57,7 @@ DEFAULT_SIZE = {
     "shm_pingpong": 64,
     "mem_touch": 32,
     "cpu_train_step": 16,
+    "file_dataloader": 32,
 }
 
 
@@ -86,6 +92,7 @@ SIZE_MEANING = {
     "shm_pingpong": "message bytes",
     "mem_touch": "MiB mapped and touched per step",
     "cpu_train_step": "batch size (samples)",
+    "file_dataloader": "batch size (files of 64-256 KiB)",
 }
 
 

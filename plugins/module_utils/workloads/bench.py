@@ -13,11 +13,13 @@ __metaclass__ = type
 
 import json
 import math
+import os
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import summarize
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.constants import SLOWDOWN_REASONS
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import (
     CPU_WORKLOADS,
+    DATA_DIR_WORKLOADS,
     DEFAULT_SIZE,
     GPU_WORKLOADS,
 )
@@ -58,6 +60,9 @@ def validate_options(params):
         raise ValueError("workers must be 0 or more, got %d" % params["workers"])
     if params["workload"] == "cpu_dataloader" and params["workers"] < 1:
         raise ValueError("workload cpu_dataloader needs workers >= 1")
+    if params["workload"] in DATA_DIR_WORKLOADS and params["workers"] < 1:
+        raise ValueError("workload %s needs workers >= 1" % params["workload"])
+    out["data_dir"] = check_data_dir(params.get("data_dir"), params["workload"])
     if params["device"] < 0:
         raise ValueError("device must be a GPU index (0 or more), got %d" % params["device"])
     if params["timeout"] <= 0:
@@ -75,6 +80,25 @@ def validate_options(params):
         raise ValueError("env names must be non-empty and contain no '=': %r" % (bad,))
     out["env"] = {str(k): "" if v is None else str(v) for k, v in env.items()}
     return out
+
+
+def check_data_dir(data_dir, workload):
+    """The ``data_dir`` option: None or an absolute path without ``..``; a workload that reads
+    files there needs one. Whether the directory is there and usable the workload checks on the
+    host, before it writes anything."""
+    if data_dir in (None, ""):
+        if workload in DATA_DIR_WORKLOADS:
+            raise ValueError(
+                "workload %s needs data_dir (the role's stacktune_bench_data_dir): a directory on the disk that "
+                "holds the training data, where it writes and removes its own files" % workload
+            )
+        return None
+    data_dir = str(data_dir)
+    if not os.path.isabs(data_dir) or ".." in data_dir.split("/"):
+        raise ValueError(
+            "data_dir (stacktune_bench_data_dir) must be an absolute path without '..', got %r" % (data_dir,)
+        )
+    return data_dir
 
 
 def resolved_size(workload, size):
@@ -220,18 +244,18 @@ def build_result(workload, samples_ms, warmup, throughput, conditions, elapsed_s
 
 def program_args(params, workload):
     """The JSON argument document handed to the workload program."""
-    return json.dumps(
-        {
-            "workload": workload,
-            "steps": params["steps"],
-            "warmup": params["warmup"],
-            "size": params.get("size"),
-            "workers": params["workers"],
-            "device": params["device"],
-            "cpus": params.get("cpus"),
-        },
-        sort_keys=True,
-    )
+    args = {
+        "workload": workload,
+        "steps": params["steps"],
+        "warmup": params["warmup"],
+        "size": params.get("size"),
+        "workers": params["workers"],
+        "device": params["device"],
+        "cpus": params.get("cpus"),
+    }
+    if params.get("data_dir"):
+        args["data_dir"] = params["data_dir"]
+    return json.dumps(args, sort_keys=True)
 
 
 def tail(text, lines=20, chars=4000):

@@ -48,7 +48,8 @@ HEADER_BYTES = 16
 NORMALISE_LUT = bytes(min(255, max(0, int((v - 120) * 1.25 + 128))) for v in range(256))
 
 
-def _mp_context():
+def mp_context():
+    """The fork start method where there is one (worker processes inherit open files), else the default."""
     import multiprocessing  # pylint: disable=import-outside-toplevel
 
     if "fork" in multiprocessing.get_all_start_methods():
@@ -104,11 +105,31 @@ def _cpu_loader_worker(worker, workers, total, batch, names, free_q, ready_q):
             block.close()
 
 
-def wl_cpu_dataloader(p):
+def wait_ready(ready_q, procs, what):
+    """The next item a worker put on ``ready_q``; a worker that died fails the workload."""
     import queue  # pylint: disable=import-outside-toplevel
+
+    while True:
+        try:
+            return ready_q.get(timeout=5)
+        except queue.Empty:
+            dead = [proc.exitcode for proc in procs if proc.exitcode not in (None, 0)]
+            if dead:
+                raise WorkloadError("%s worker died with exit code %s" % (what, dead[0])) from None
+
+
+def stop_workers(procs):
+    """Terminate the worker processes still running and wait for them."""
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()
+            proc.join(timeout=5)
+
+
+def wl_cpu_dataloader(p):
     from multiprocessing import shared_memory  # pylint: disable=import-outside-toplevel
 
-    ctx = _mp_context()
+    ctx = mp_context()
     batch, workers = p["size"], p["workers"]
     if workers < 1:
         raise WorkloadError("cpu_dataloader needs at least 1 worker process")
@@ -132,14 +153,7 @@ def wl_cpu_dataloader(p):
 
         def step():
             t0 = time.perf_counter()
-            while True:
-                try:
-                    seq, slot = ready_q.get(timeout=5)
-                    break
-                except queue.Empty:
-                    dead = [proc.exitcode for proc in procs if proc.exitcode not in (None, 0)]
-                    if dead:
-                        raise WorkloadError("cpu_dataloader worker died with exit code %s" % dead[0]) from None
+            seq, slot = wait_ready(ready_q, procs, "cpu_dataloader")
             buf = blocks[slot].buf
             got_seq, crc = BATCH_HEADER.unpack_from(buf, 0)
             payload = buf[HEADER_BYTES : HEADER_BYTES + payload_len]
@@ -158,10 +172,7 @@ def wl_cpu_dataloader(p):
         for proc in procs:
             proc.join(timeout=10)
     finally:
-        for proc in procs:
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(timeout=5)
+        stop_workers(procs)
         for block in blocks:
             block.close()
             block.unlink()
@@ -202,7 +213,7 @@ def _pong(name, size, total, ping, pong):
 def wl_shm_pingpong(p):
     from multiprocessing import shared_memory  # pylint: disable=import-outside-toplevel
 
-    ctx = _mp_context()
+    ctx = mp_context()
     size = p["size"]
     total = p["warmup"] + p["steps"]
     block = shared_memory.SharedMemory(create=True, size=8 + 2 * size)

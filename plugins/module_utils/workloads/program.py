@@ -36,6 +36,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.cpu import
     wl_mem_touch,
     wl_shm_pingpong,
 )
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.files import wl_file_dataloader
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.gpu import (
     wl_allreduce,
     wl_dataloader,
@@ -57,6 +58,7 @@ WORKLOAD_FUNCS = {
     "shm_pingpong": wl_shm_pingpong,
     "mem_touch": wl_mem_touch,
     "cpu_train_step": wl_cpu_train_step,
+    "file_dataloader": wl_file_dataloader,
 }
 
 
@@ -91,6 +93,7 @@ def run(cfg):
         "size": int(cfg["size"]) if cfg.get("size") is not None else DEFAULT_SIZE[name],
         "workers": int(cfg.get("workers", 4)),
         "device": int(cfg.get("device", 0)),
+        "data_dir": cfg.get("data_dir"),
     }
     t0 = time.perf_counter()
     out = WORKLOAD_FUNCS[name](params)

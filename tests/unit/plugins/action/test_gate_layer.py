@@ -129,6 +129,29 @@ def test_a_layer_no_workload_can_see_is_not_measured(monkeypatch):
     assert host.calls[0][1]["state"] == "kept"
 
 
+def test_the_io_layer_without_a_data_dir_is_not_measurable_and_says_what_to_set(monkeypatch):
+    host = FakeHost()
+    args = dict(BASE, layer="io", workloads=["file_dataloader"], gpu_count=8)
+    res = action(args, host, monkeypatch=monkeypatch).run(task_vars={})
+    assert res["gate"]["measurable"] is False
+    assert res["gate"]["reason"] == (
+        "keep: not measurable on this host: none of the workloads that can see this layer (file_dataloader) runs "
+        "here; file_dataloader reads files from stacktune_bench_data_dir, which is not set: set it to a directory "
+        "on the disk that holds the training data"
+    )
+    assert [name for name, _a in host.calls] == ["host_settings"]
+
+
+def test_the_io_layer_with_a_data_dir_is_measured_on_the_file_workload(monkeypatch):
+    host = FakeHost()
+    bench = dict(BASE["bench"], data_dir="/data/stacktune")
+    args = dict(BASE, layer="io", workloads=["file_dataloader"], gpu_count=8, bench=bench)
+    res = action(args, host, monkeypatch=monkeypatch).run(task_vars={})
+    assert res["gate"]["measurable"] is True and res["gate"]["workloads_measured"] == ["file_dataloader"]
+    benches = [a for name, a in host.calls if name == "bench"]
+    assert benches and all(b["workload"] == "file_dataloader" and b["data_dir"] == "/data/stacktune" for b in benches)
+
+
 def test_check_mode_measures_nothing(monkeypatch):
     host = FakeHost()
     res = action(dict(BASE), host, check_mode=True, monkeypatch=monkeypatch).run(task_vars={})

@@ -175,6 +175,22 @@ def test_validate_options_rejects(over, word):
         _bench.validate_options(base_params(**over))
 
 
+def test_the_data_dir_is_checked_and_needed_by_the_file_workload():
+    out = _bench.validate_options(base_params(workload="file_dataloader", data_dir="/data/stacktune"))
+    assert out["data_dir"] == "/data/stacktune"
+    assert json.loads(_bench.program_args(out, "file_dataloader"))["data_dir"] == "/data/stacktune"
+    assert _bench.validate_options(base_params(data_dir=""))["data_dir"] is None
+    for over, word in (
+        ({"workload": "file_dataloader"}, "needs data_dir \\(the role's stacktune_bench_data_dir\\)"),
+        ({"workload": "file_dataloader", "data_dir": ""}, "needs data_dir"),
+        ({"workload": "file_dataloader", "data_dir": "data"}, "must be an absolute path without '..', got 'data'"),
+        ({"data_dir": "/data/../etc"}, "stacktune_bench_data_dir\\) must be an absolute path"),
+        ({"workload": "file_dataloader", "data_dir": "/d", "workers": 0}, "file_dataloader needs workers >= 1"),
+    ):
+        with pytest.raises(ValueError, match=word):
+            _bench.validate_options(base_params(**over))
+
+
 def test_resolved_size_defaults():
     assert _bench.resolved_size("gemm", None) == 8192
     assert _bench.resolved_size("h2d_pinned", None) == 256
@@ -316,6 +332,20 @@ def test_cpu_workload_program_runs_on_bare_python(tmp_path, workload, size, unit
     assert tp["value"] == pytest.approx(
         doc["work_per_step"] * 12 / (sum(doc["samples_ms"]) / 1000.0) / (1e9 if unit == "B" else 1.0)
     )
+
+
+def test_file_dataloader_program_runs_on_bare_python_and_leaves_nothing(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    args = {"workload": "file_dataloader", "steps": 12, "warmup": 2, "size": 4, "workers": 2, "data_dir": str(data)}
+    rc, doc, err = run_program(args, tmp_path=tmp_path)
+    assert rc == 0, (doc, err)
+    assert doc["workload"] == "file_dataloader" and doc["size"] == 4 and doc["work_unit"] == "B"
+    assert len(doc["samples_ms"]) == 12
+    assert doc["info"]["files"] == 512 and doc["info"]["data_dir"] == str(data)
+    assert os.listdir(str(data)) == []
+    rc, doc, _err = run_program(dict(args, data_dir=str(data / "missing")), tmp_path=tmp_path)
+    assert rc == 2 and "stacktune_bench_data_dir" in doc["error"] and "does not exist" in doc["error"]
 
 
 def test_cpu_train_step_learns_and_counts_warmup():

@@ -24,7 +24,11 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import
     planned_looks,
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import t_ppf
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import Trial, resolve_workloads
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import (
+    Trial,
+    resolve_workloads,
+    unmeasurable_reason,
+)
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.steps import judge
 
 SETTINGS = check_settings({})
@@ -221,6 +225,21 @@ def test_workloads_resolve_per_host():
     assert resolve_workloads(["gemm"], 0) == []
     assert resolve_workloads([], 8, override="command") == ["command"]
     assert resolve_workloads(["gemm"], 1, override="auto") == ["gemm"]
+
+
+def test_the_file_workload_runs_only_with_a_data_dir_and_on_any_host():
+    assert resolve_workloads(["file_dataloader"], 8) == []
+    assert resolve_workloads(["file_dataloader"], 0) == []
+    assert resolve_workloads(["file_dataloader"], 8, data_dir="/data/x") == ["file_dataloader"]
+    assert resolve_workloads(["file_dataloader"], 0, data_dir="/data/x") == ["file_dataloader"]
+    assert resolve_workloads(["cpu_dataloader", "file_dataloader"], 0) == ["cpu_dataloader"]
+    why = unmeasurable_reason(["file_dataloader"])
+    assert why.startswith("none of the workloads that can see this layer (file_dataloader) runs here; ")
+    assert "stacktune_bench_data_dir, which is not set" in why
+    assert unmeasurable_reason(["allreduce"], "/data/x") == (
+        "none of the workloads that can see this layer (allreduce) runs here"
+    )
+    assert unmeasurable_reason([]) == "none of the workloads that can see this layer (none declared) runs here"
 
 
 # ------------------------------------------------------------------------ the trial

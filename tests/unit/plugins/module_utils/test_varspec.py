@@ -204,3 +204,13 @@ def test_removed_variables_are_refused_naming_their_replacement():
     ]
     # not reported a second time as a typo of a declared variable
     assert misspelled(given, {"metrics_enabled", "acceptance_metrics_enabled", "stacktune_metrics_dir"}) == []
+
+
+def test_the_data_dir_of_the_file_workload_is_an_absolute_path_or_null():
+    spec = {"stacktune_bench_data_dir": {"type": "str"}}
+    assert check(spec, {"stacktune_bench_data_dir": None}) == []
+    assert check(spec, {"stacktune_bench_data_dir": "/data/stacktune"}) == []
+    for bad in ("data", "./data", "/data/../tmp"):
+        assert check(spec, {"stacktune_bench_data_dir": bad}) == [
+            "stacktune_bench_data_dir must be an absolute path without '..', got %r" % bad
+        ]

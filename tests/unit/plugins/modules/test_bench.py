@@ -136,6 +136,34 @@ def test_program_file_is_private(capsys, tmp_path):
     assert not os.path.exists(seen["path"]) and not os.path.exists(os.path.dirname(seen["path"]))
 
 
+def test_file_dataloader_reads_from_its_data_dir_and_leaves_it_as_it_was(capsys, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.tar").write_bytes(b"the user's data")
+    failed, res = run_module(capsys, workload="file_dataloader", data_dir=str(data), steps=20, warmup=2, size=8)
+    assert not failed, res
+    assert res["workload"] == "file_dataloader" and len(res["samples_ms"]) == 20
+    assert res["throughput"]["unit"] == "GB/s" and res["throughput"]["value"] > 0
+    info = res["details"]["info"]
+    assert info["data_dir"] == str(data) and info["files"] == 512 and info["batch_files"] == 8
+    assert res["details"]["size_meaning"] == "batch size (files of 64-256 KiB)"
+    assert os.listdir(str(data)) == ["train.tar"] and (data / "train.tar").read_bytes() == b"the user's data"
+
+
+@pytest.mark.parametrize(
+    "args, failure, word",
+    [
+        ({}, "options", "workload file_dataloader needs data_dir (the role's stacktune_bench_data_dir)"),
+        ({"data_dir": "relative/data"}, "options", "must be an absolute path without '..', got 'relative/data'"),
+        ({"data_dir": "/nonexistent/stacktune-data"}, "error", "/nonexistent/stacktune-data does not exist"),
+    ],
+)
+def test_file_dataloader_without_a_usable_data_dir_fails_naming_the_variable(capsys, args, failure, word):
+    failed, res = run_module(capsys, workload="file_dataloader", steps=5, warmup=0, **args)
+    assert failed and res["failure"] == failure
+    assert word in res["msg"] and "stacktune_bench_data_dir" in res["msg"]
+
+
 # --- failures of built-in workloads ------------------------------------------------------------
 
 

@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import files
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import process as workloads_process
 from ansible_collections.stacktune.gpu.plugins.modules import bench
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import program as workload_program
@@ -42,6 +43,27 @@ def test_a_block_in_the_runner_is_a_block_of_its_own(runner):
     assert set(warm) == set(fresh)
     other = bench.measure(params(workload="shm_pingpong", runner_socket=runner["runner_socket"]))
     assert other["workload"] == "shm_pingpong"
+
+
+def test_a_file_block_in_the_runner_and_one_killed_there_leave_nothing(runner, tmp_path):
+    """The runner kills a block by its process group (SIGKILL): the file workload's private
+    directory stays behind, and the next block removes it before it writes its own."""
+    data = tmp_path / "data"
+    data.mkdir()
+    sock = runner["runner_socket"]
+    block = bench.measure(params(workload="file_dataloader", data_dir=str(data), size=8, runner_socket=sock))
+    assert block["workload"] == "file_dataloader" and len(block["samples_ms"]) == 30
+    assert block["throughput"]["unit"] == "GB/s" and os.listdir(str(data)) == []
+    with pytest.raises(bench.BenchFailure) as exc:
+        bench.measure(
+            params(workload="file_dataloader", data_dir=str(data), steps=10**7, timeout=4, runner_socket=sock)
+        )
+    assert exc.value.extra["failure"] == "hang"
+    left = os.listdir(str(data))
+    assert len(left) == 1 and left[0].startswith(files.FILE_PREFIX)
+    again = bench.measure(params(workload="file_dataloader", data_dir=str(data), size=8, runner_socket=sock))
+    assert again["details"]["info"]["stale_removed"] == left
+    assert os.listdir(str(data)) == []
 
 
 def test_a_hang_in_the_runner_is_killed(runner):
