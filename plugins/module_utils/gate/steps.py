@@ -2,12 +2,15 @@
 # Copyright: stacktune contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The stacktune gate: keep, roll back or measure again, from raw per-step samples.
+"""The gate's one-block case: keep, roll back or measure again from one run per side.
 
-This module judges one pair of runs from flat step lists, as if every step were an
-independent draw. On real hosts one process run (a block) differs from the next far more
-than its steps do; ``tune.yml`` therefore judges blocks with ``blocks.judge_blocks``, and
-``judge`` hands block input (lists of lists of step ms) to it.
+``judge`` is the entry point of the ``perf_gate`` filter. Given blocks (lists of lists of
+step ms, one per process run) it hands them to ``blocks.judge_blocks``, the gate tune.yml
+runs. Given one flat list of steps per side, there is one block each: what varies from one
+process run to the next cannot be seen, so this module judges what one block can support -
+the steps' throughput, median and tail (with a ladder of higher quantiles) and the share of
+stalled steps (Fisher's exact test) - and every reason says that between-run noise is
+unknown and how to give blocks.
 
 Stdlib only, so the same code decides on the controller (filter ``perf_gate``) and on a
 host. Three dimensions are judged separately, each as a ratio after/before with a
