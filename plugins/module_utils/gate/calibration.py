@@ -20,6 +20,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import me
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import (
     DIMENSIONS,
+    judged_by,
     look_confidence,
     planned_looks,
 )
@@ -155,12 +156,7 @@ def calibrate(workloads, measure, settings, blocks, clock):
             arms["off"],
             arms["on"],
             policy="no_regression",
-            tail_quantile=settings["tail_quantile"],
-            tail_tolerance=settings["tail_tolerance"],
-            min_gain=settings["min_gain"],
-            confidence=settings["confidence"],
-            stall_factor=settings["stall_factor"],
-            stall_tolerance=settings["stall_tolerance"],
+            **judged_by(settings),
             final=True,
             looks=looks,
         )

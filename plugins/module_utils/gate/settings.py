@@ -71,6 +71,12 @@ def _number_value(name, value, low, high, low_open, high_open):
 WORSE_RULES = ("significance", "whole_interval")
 
 
+def judged_by(settings):
+    """The gate's settings out of a checked settings dict (which may hold the budget too), as
+    keyword arguments of ``judge_blocks``."""
+    return {name: settings[name] for name in SETTINGS}
+
+
 def gate_settings(given, caller):
     """The gate's settings as an entry point takes them (keyword arguments named as in
     :data:`SETTINGS`): :data:`DEFAULTS` for those not given, each checked against its range

@@ -21,6 +21,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base impor
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import (
     DIMENSIONS,
     WORSE_RULES,
+    judged_by,
     look_confidence,
     planned_looks,
 )
@@ -305,12 +306,7 @@ class Trial:
                     {k: v for k, v in arms["off"].items() if v is not None},
                     {k: v for k, v in arms["on"].items() if v is not None},
                     policy=self.policy,
-                    tail_quantile=self.s["tail_quantile"],
-                    tail_tolerance=self.s["tail_tolerance"],
-                    min_gain=self.s["min_gain"],
-                    confidence=self.s["confidence"],
-                    stall_factor=self.s["stall_factor"],
-                    stall_tolerance=self.s["stall_tolerance"],
+                    **judged_by(self.s),
                     final=final,
                     looks=self.looks,
                     worse_rule=self.worse_rule,
