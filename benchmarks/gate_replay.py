@@ -45,6 +45,7 @@ CASES = (
     ("A/A kept under improve", "improve", 1.0, 0.0, "keep", False),
     ("A/A rolled back under no_regression", "no_regression", 1.0, 0.0, "rollback", False),
     ("15% slower rolled back", "no_regression", 1.15, 0.0, "rollback", True),
+    ("5% slower rolled back", "no_regression", 1.05, 0.0, "rollback", True),
     ("1.5% stalled rolled back", "no_regression", 1.0, 0.015, "rollback", True),
     ("15% faster kept", "improve", 0.85, 0.0, "keep", True),
 )
@@ -53,6 +54,7 @@ TARGETS = {
     "A/A kept under improve": "<= 5%",
     "A/A rolled back under no_regression": "<= 5%",
     "15% slower rolled back": ">= 95%",
+    "5% slower rolled back": "context",
     "1.5% stalled rolled back": ">= 95%",
     "15% faster kept": ">= 90%",
 }

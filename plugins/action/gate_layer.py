@@ -27,8 +27,10 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import (
     Trial,
     WorkloadBroken,
+    changes_seen_later,
     resolve_workloads,
     unmeasurable_reason,
+    unseen_reason,
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.steps import POLICIES
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._controller import command
@@ -72,6 +74,10 @@ class ActionModule(ActionBase):
             "run_id",
             "journal_dir",
             "blocks",
+            "changes",
+            "runner_socket",
+            "runner_for",
+            "keep_runner",
         )
     )
 
@@ -94,11 +100,36 @@ class ActionModule(ActionBase):
         args.update(extra)
         return self._module("stacktune.gpu.host_settings", args, task_vars)
 
+    def _runner_workloads(self, workloads, bench):
+        """What the runner imports for: this layer's workloads and, with ``runner_for``
+        (``{layer: candidate workloads}`` of the run's layers), those of every layer it may
+        serve after this one, each resolved for this host as its own layer would be."""
+        a = self._task.args
+        names = list(workloads)
+        runner_for = a.get("runner_for") or {}
+        if not isinstance(runner_for, dict):
+            raise AnsibleActionFail("runner_for must be a dict of layer: [workloads]")
+        for layer, candidates in sorted(runner_for.items()):
+            if isinstance(candidates, string_types) or not isinstance(candidates, list):
+                raise AnsibleActionFail("runner_for.%s must be a list of workload names" % layer)
+            try:
+                more = resolve_workloads(candidates, int(a.get("gpu_count") or 0), a.get("workload"), bench.get("data_dir"))
+            except ValueError as exc:
+                raise AnsibleActionFail("runner_for.%s: %s" % (layer, exc)) from None
+            names.extend(w for w in more if w not in names)
+        return [w for w in names if w != "command"]
+
     def _start_runner(self, workloads, bench, task_vars):
-        """A warm parent for the built-in workloads' blocks (the bench module's runner), or None."""
-        if not bench.get("runner", True) or all(w == "command" for w in workloads):
+        """A warm parent for the built-in workloads' blocks (the bench module's runner), or None.
+
+        With ``runner_socket`` (the runner an earlier layer of this run left), that runner is
+        used while it answers; otherwise one is started."""
+        wanted = self._runner_wanted
+        if not bench.get("runner", True) or not wanted or all(w == "command" for w in workloads):
             return None
-        args = {"runner_state": "started", "workload": workloads[0], "runner_workloads": list(workloads)}
+        args = {"runner_state": "started", "workload": wanted[0], "runner_workloads": wanted}
+        if self._task.args.get("runner_socket"):
+            args["runner_socket"] = self._task.args["runner_socket"]
         if bench.get("python"):
             args["python"] = bench["python"]
         if self._task.args.get("run_id"):
@@ -110,6 +141,8 @@ class ActionModule(ActionBase):
         except ModuleFailed as exc:
             display.warning("blocks start fresh interpreters: %s" % exc)
             return None
+        if res.get("runner_reused"):
+            return res["runner_socket"]  # the run's runner answered: nothing to start
         imports = ", ".join(
             "%s %.1f s%s" % (i.get("module"), i.get("seconds") or 0.0, " (failed)" if i.get("error") else "")
             for i in res.get("runner_imports") or []
@@ -196,6 +229,7 @@ class ActionModule(ActionBase):
         except (TypeError, ValueError):
             raise AnsibleActionFail("gpu_count must be an integer, got %r" % (a.get("gpu_count"),)) from None
         workloads = resolve_workloads(candidates, gpu_count, a.get("workload"), bench.get("data_dir"))
+        self._runner_wanted = self._runner_workloads(workloads, bench)
         return mode, settings, bench, workloads
 
     def run(self, tmp=None, task_vars=None):
@@ -213,18 +247,25 @@ class ActionModule(ActionBase):
         if self._play_context.check_mode:
             result.update(changed=False, skipped=True, msg="check mode: nothing is measured")
             return result
-        if not workloads:
+        changes = a.get("changes") or []
+        if not isinstance(changes, list):
+            raise AnsibleActionFail("changes must be the list of the layer's setting rows (host_settings settings)")
+        later = changes_seen_later(changes)
+        if not workloads or later:
             keep = a.get("unmeasurable", "keep") == "keep"
             decision = {
                 "decision": "keep" if keep else "rollback",
                 "policy": policy,
                 "measurable": False,
-                "reason": "%s: not measurable on this host: %s"
-                % (
+            }
+            if later:
+                decision["seen_later"] = [{"id": sid, "effect": effect} for sid, effect in later]
+                decision["reason"] = "%s: not measured: %s" % ("keep" if keep else "rollback", unseen_reason(later))
+            else:
+                decision["reason"] = "%s: not measurable on this host: %s" % (
                     "keep" if keep else "rollback",
                     unmeasurable_reason(a.get("workloads") or [], bench.get("data_dir")),
-                ),
-            }
+                )
             decision["summary"] = decision["reason"]
             self._finish(decision, task_vars)
             result.update(changed=True, gate=decision, samples={"without": [], "with": []})
@@ -276,7 +317,12 @@ class ActionModule(ActionBase):
             try:
                 self._runner = self._start_runner(workloads, bench, task_vars)
                 decision = trial.run()
-                self._stop_runner(task_vars)
+                if self._task.args.get("keep_runner"):
+                    # the next layer of the run uses it; it ends with the run's lease in any case
+                    result["runner_socket"] = self._runner
+                    self._runner = None
+                else:
+                    self._stop_runner(task_vars)
                 decision["measurable"] = True
                 decision["workloads_measured"] = workloads
                 with guard.critical():

@@ -2,7 +2,8 @@
 # Copyright: stacktune contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""A layer reference -> its role and its journal name (documented in layer_role.yml and layer_name.yml).
+"""A layer reference -> its role, its journal name and its workloads (documented in layer_role.yml,
+layer_name.yml and layer_workloads.yml).
 
 A layer is a role of this collection (``kernel``), or any role by FQCN or path
 (``my.collection.my_layer``, ``/path/to/roles/my_layer``).
@@ -38,8 +39,22 @@ def layer_name(ref):
     return re.split(r"[./]", _ref(ref, "layer_name"))[-1]
 
 
+def layer_workloads(refs, mapping):
+    """``{layer name: candidate workloads}`` for the layers ``refs``: each layer's entry of
+    ``mapping`` (``stacktune_gate_workloads``), else its ``default`` entry, else none."""
+    if not isinstance(refs, (list, tuple)):
+        raise AnsibleFilterError("layer_workloads expects the list of layers, got %r" % (refs,))
+    if not isinstance(mapping, dict):
+        raise AnsibleFilterError("layer_workloads expects stacktune_gate_workloads (a dict), got %r" % (mapping,))
+    out = {}
+    for ref in refs:
+        name = layer_name(ref)
+        out[name] = list(mapping[name] if name in mapping else mapping.get("default") or [])
+    return out
+
+
 class FilterModule:
     """stacktune.gpu layer reference filters."""
 
     def filters(self):
-        return {"layer_role": layer_role, "layer_name": layer_name}
+        return {"layer_role": layer_role, "layer_name": layer_name, "layer_workloads": layer_workloads}

@@ -154,6 +154,9 @@ options:
         CUDA) and forks one fresh process per block it is asked for. Each block keeps its own
         process, CUDA context and NCCL initialisation and reads the host's settings anew, so it
         is still a block; only the interpreter's start and the imports are paid once.
+      - With O(runner_socket) as well, the runner there is used when it answers and has imported
+        what O(runner_workloads) need (RV(runner_reused)); otherwise it is stopped and a new one
+        started. So one runner serves every layer of a tune run.
       - V(stopped) stops the runner at O(runner_socket).
       - The runner also ends when it has been idle for 15 minutes and, with O(run_id), as soon as
         that run no longer holds the host.
@@ -172,7 +175,8 @@ options:
     description:
       - Run this built-in block in the runner at this socket (from O(runner_state=started))
         instead of a fresh interpreter. Not used with O(workload=command), which always runs
-        the user's program as it is.
+        the user's program as it is. With O(runner_state=started), the runner to use while it
+        answers; with O(runner_state=stopped), the runner to stop.
     type: path
 extends_documentation_fragment:
   - stacktune.gpu.journal.run_id
@@ -324,6 +328,10 @@ runner_socket:
   description: With O(runner_state=started), the socket of the runner for the next blocks.
   returned: when a runner was started
   type: str
+runner_reused:
+  description: With O(runner_state=started) and O(runner_socket), true when the runner there was used.
+  returned: when a runner was reused
+  type: bool
 runner_start_s:
   description: With O(runner_state=started), seconds until the runner answered (interpreter start and imports).
   returned: when a runner was started
@@ -563,6 +571,48 @@ def start_runner(params):
     }
 
 
+def runner_answers(sock, modules):
+    """Whether a runner answers at ``sock`` having imported every one of ``modules``:
+    ``(answers, covers)``."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(10)
+            conn.connect(sock)
+            conn.sendall(b'{"ping": true}\n')
+            raw = b""
+            while not raw.endswith(b"\n"):
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                raw += chunk
+        answer = json.loads(raw.decode("utf-8"))
+    except (OSError, ValueError):
+        return False, False
+    if not isinstance(answer, dict) or not answer.get("pong"):
+        return False, False
+    return True, set(modules) <= set(answer.get("preloaded") or [])
+
+
+def ensure_runner(params):
+    """The runner at ``runner_socket`` when it answers with the imports the workloads need
+    (a layer of the same run started it), else a new one (the old one, if any, is stopped)."""
+    sock = params.get("runner_socket")
+    if sock:
+        answers, covers = runner_answers(sock, runner_preload(params["runner_workloads"] or [params["workload"]]))
+        if answers and covers:
+            return {
+                "changed": False,
+                "runner_socket": sock,
+                "runner_reused": True,
+                "runner_start_s": 0.0,
+                "runner_imports": [],
+                "workload": params["workload"],
+            }
+        if answers:
+            stop_runner(sock)
+    return start_runner(params)
+
+
 def stop_runner(sock):
     """Ask the runner at ``sock`` to end (it removes its folder); a runner already gone is fine."""
     with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
@@ -724,7 +774,7 @@ def measure(params):
     except ValueError as exc:
         raise BenchFailure("Failed to validate bench options: %s" % exc, failure="options") from None
     if params.get("runner_state") == "started":
-        return start_runner(params)
+        return ensure_runner(params)
     if params.get("runner_state") == "stopped":
         return stop_runner(params["runner_socket"])
     if params["workload"] == "command":

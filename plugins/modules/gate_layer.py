@@ -88,10 +88,42 @@ options:
     type: dict
     default: {}
   unmeasurable:
-    description: What happens to a layer no workload here can measure.
+    description:
+      - What happens to a layer no workload here can measure, and to one whose changes no
+        block started now can see (O(changes)).
     type: str
     choices: [keep, rollback]
     default: keep
+  changes:
+    description:
+      - The rows of the layer's apply (RV(stacktune.gpu.host_settings#module:settings)). When
+        every row written takes effect later (its C(effect) is C(next_login) or C(next_boot);
+        limits read at login, a boot argument, a value that could only be persisted), no block
+        can see the layer, so it is not measured. It is kept or rolled back per O(unmeasurable)
+        and the decision names each change and when it takes effect.
+      - Empty, or a row written without C(effect), measures the layer.
+    type: list
+    elements: dict
+    default: []
+  runner_socket:
+    description:
+      - The block runner an earlier layer of this run left running (RV(runner_socket)). It is
+        used while it answers; otherwise a new one is started.
+    type: path
+  runner_for:
+    description:
+      - The candidate workloads of every layer of the run, a list per layer name. A runner this
+        task starts imports what each of them needs on this host, so that the later layers'
+        blocks find their imports done.
+    type: dict
+    default: {}
+  keep_runner:
+    description:
+      - Leave the block runner running at the end of the measurement and return it as
+        RV(runner_socket) for the next layer. It ends by itself when the run gives back the host's
+        lease, or after 15 idle minutes.
+    type: bool
+    default: false
   blocks:
     description: With O(mode=calibrate), identical blocks per workload (default twice C(max_blocks) in O(gate)).
     type: int
@@ -157,6 +189,10 @@ gate:
     resolved: true
     blocks: {with: 4, without: 4}
     seconds: 81.4
+runner_socket:
+  description: With O(keep_runner), the block runner left running for the next layer (null when none ran).
+  returned: mode gate, when the layer was measured with O(keep_runner)
+  type: str
 calibration:
   description:
     - Per workload (mode calibrate), the usable and void blocks, seconds per block, and per

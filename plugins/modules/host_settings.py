@@ -79,6 +79,11 @@ options:
         only where the host's own value is lower, the original the journal kept while the
         layer holds the setting, else the live value. A host at or above it keeps its value,
         with a note. Once applied, the minimum is managed exactly like any other setting.
+      - "C(takes_effect) says when a newly started process sees the setting's change:
+        C(now), C(next_login) (read when a login session starts) or C(next_boot). Each kind
+        knows its own (a C(kernel_arg) at the next boot, a C(file) under /etc/security/limits.d
+        at the next login, the others now); give it where the program that reads the file
+        says otherwise. The gate measures a layer only when one of its changes is seen now."
       - With I(state=verify) and no I(settings), the layer's journaled settings are verified.
     type: list
     elements: dict
@@ -223,6 +228,13 @@ settings:
     changed:
       description: Whether this setting was written.
       type: bool
+    effect:
+      description:
+        - For a setting written, when a newly started process sees the change, C(now),
+          C(next_login) or C(next_boot); C(next_boot) also for a value only persisted, where the
+          live value could not be or did not need to be written.
+      type: str
+      returned: when the setting was written
     other_writers:
       description:
         - With I(state=verify), the other tools running on the host that may rewrite the setting

@@ -33,7 +33,7 @@ import re
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine import fileops
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import UntrustedJournal, new_entry
-from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import SpecError, Unsupported
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import EFFECTS, SpecError, Unsupported
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.file import check_path
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.units import DROPINS, KINDS, UnitFiles, unit_key
 
@@ -165,6 +165,12 @@ class Engine(UnitFiles):
             at_least = spec.get("at_least", False)
             if not isinstance(at_least, bool):
                 raise SpecError("settings[%d].at_least must be true or false, got %r" % (index, at_least))
+            effect = spec.get("takes_effect")
+            if effect is not None and effect not in EFFECTS:
+                raise SpecError(
+                    "%ssettings[%d].takes_effect must be one of %s, got %r"
+                    % ("%s: " % spec["var"] if spec.get("var") else "", index, ", ".join(EFFECTS), effect)
+                )
             for s in expanded:
                 if s["id"] in seen:
                     raise SpecError("settings[%d]: %s is requested twice" % (index, s["id"]))
@@ -175,6 +181,8 @@ class Engine(UnitFiles):
                             % ("%s: " % spec["var"] if spec.get("var") else "", index, s["id"], s["value"])
                         )
                     s["at_least"] = True
+                if effect is not None:
+                    s["takes_effect"] = effect
                 seen.add(s["id"])
                 settings.append(s)
                 if spec.get("var"):
@@ -293,7 +301,22 @@ class Engine(UnitFiles):
         return status, reason
 
     @staticmethod
-    def result_row(s, obs, status, reason, wrote, before=None):
+    def effect_of(s, status, wrote, live_moved):
+        """When a newly started process sees what this apply wrote (None: nothing written).
+
+        A value only persisted (pending the next boot, live apply not possible, or the live
+        value already right) is seen at the next boot; a live change when its kind (or the
+        setting's ``takes_effect``) says.
+        """
+        if not wrote:
+            return None
+        kind = KINDS[s["kind"]]
+        if status in ("pending_reboot", "unsupported") or not (live_moved or kind.unit_is_live):
+            return "next_boot"
+        return s.get("takes_effect") or kind.takes_effect(s)
+
+    @staticmethod
+    def result_row(s, obs, status, reason, wrote, before=None, effect=None):
         row = {
             "id": s["id"],
             "kind": s["kind"],
@@ -308,6 +331,8 @@ class Engine(UnitFiles):
             "reason": reason,
             "changed": bool(wrote),
         }
+        if wrote:
+            row["effect"] = effect
         if before is not None:
             row["live_before"] = before["live"]
             row["persisted_before"] = before["persisted"] if before["unit"] is not None else None
@@ -450,7 +475,8 @@ class Engine(UnitFiles):
                         pending = {units[key]["unit"]["path"]: units[key]["text"]}
                         pred["boot"] = KINDS[s["kind"]].boot_value(s, self.ctx, pending=pending)
                 status, reason = self.status_of(s, pred, wrote=wrote, predicted=True)
-                rows.append(self.result_row(s, obs, status, reason, wrote))
+                effect = self.effect_of(s, status, wrote, s in live_changes)
+                rows.append(self.result_row(s, obs, status, reason, wrote, effect=effect))
             rows.extend(self._restore_removed(removed, entry, orphan_units))
             return self._summary("present", rows, unsupported, entry)
 
@@ -516,7 +542,8 @@ class Engine(UnitFiles):
             obs = self.observe(s)
             wrote = s in live_changes or any(s["id"] in u["settings"] for u in unit_changes.values())
             status, reason = self.status_of(s, obs, wrote=wrote)
-            rows.append(self.result_row(s, obs, status, reason, wrote, before=before[s["id"]]))
+            effect = self.effect_of(s, status, wrote, s in live_changes)
+            rows.append(self.result_row(s, obs, status, reason, wrote, before=before[s["id"]], effect=effect))
 
         # a run that changed nothing leaves a kept layer kept (and its gate decision standing)
         unchanged = not any(r["changed"] for r in rows) and _same_settings(previous, settings)

@@ -95,6 +95,31 @@ def half_at_budget(dim, half, df_now, df_budget, per_arm, budget, confidence):
     return half * scale if dim == "stalls" else math.expm1(math.log1p(half) * scale)
 
 
+# A trial goes on for a lean (the wrong way under no_regression, to a gain under improve) only
+# while the rest of the budget would show it at least this often, were the estimate now the
+# truth (its conditional power). Replayed on the recorded real blocks (docs/benchmarks.md).
+FUTILITY_POWER = 0.2
+
+
+def _normal_cdf(x):
+    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
+def conditional_power(lean, at_budget, band, q_budget, per_arm, budget):
+    """How often the budget's last look would show a change, were ``lean`` (the estimate now,
+    the way that counts, > 0) the true change: the final estimate then lies around ``lean``
+    with the spread the blocks still to come leave, ``se_budget * sqrt((budget - per_arm) /
+    budget)``, and shows the change when it is beyond both the half-width at the budget and
+    the tolerance. All on one scale (log ratios, or points for stalls)."""
+    if lean <= 0 or at_budget <= 0 or q_budget <= 0:
+        return 0.0
+    left = (budget - per_arm) / float(budget)
+    if left <= 0:
+        return 1.0 if lean > max(at_budget, band) else 0.0
+    spread = at_budget / q_budget * math.sqrt(left)
+    return 1.0 - _normal_cdf((max(at_budget, band) - lean) / spread)
+
+
 _DIM_WORDS = {"throughput": "the throughput", "p50": "the median step", "tail": "the tail", "stalls": "the stalls"}
 
 
@@ -105,36 +130,40 @@ def futility(res, policy, settings, per_arm):
     scaled to the budget (``max_blocks`` per arm: the square root of the blocks and the
     Student-t quantile at the degrees of freedom then). ``no_regression`` needs every
     dimension resolved within its tolerance; when one cannot be, more blocks buy nothing,
-    unless the estimate leans beyond its tolerance the wrong way, with half of its present
-    half-width, by more than the budget's half-width (then blocks may still show the
-    regression, and measuring goes on). ``improve`` needs one dimension shown better;
-    when none leans to a gain the budget could show, it stops.
+    unless one leans beyond its tolerance the wrong way with a conditional power of at least
+    ``FUTILITY_POWER`` (the rest of the budget would show that regression at least that often
+    were the lean the truth: then measuring goes on). ``improve`` needs one dimension shown
+    better; when none leans to a gain with that conditional power, it stops. A lean well
+    inside the noise at the budget, as a bimodal workload's median, keeps nothing going.
     """
     budget = settings["max_blocks"]
     if res.get("resolved") or per_arm >= budget or res.get("blocks_before") is None:
         return None
     conf = look_confidence(settings["confidence"], planned_looks(settings["min_blocks"], budget))
-    reachable, hopeless, leaning_worse = {}, [], False
+    hopeless, leaning_worse, gains, leans = [], [], [], False
     for dim in DIMENSIONS:
         block = res.get(dim) or {}
         half, df = block.get("resolution"), block.get("df")
         if block.get("verdict") != "unknown" or half is None or not df:
             continue
         band = block.get("tolerance") or 0.0
-        at_budget = half_at_budget(dim, half, df, df + 2 * (budget - per_arm), per_arm, budget, conf)
+        df_budget = df + 2 * (budget - per_arm)
+        at_budget = half_at_budget(dim, half, df, df_budget, per_arm, budget, conf)
+        q_budget = t_ppf(0.5 + conf / 2.0, df_budget)
         if dim == "stalls":
-            estimate = block.get("difference") or 0.0
-            worse = estimate > band
-            better = -estimate
+            gain = -(block.get("difference") or 0.0)  # > 0: fewer stalls
+            scale = (at_budget, band)
         else:
             ratio = block.get("ratio") or 1.0
-            estimate = ratio - 1.0 if dim == "throughput" else 1.0 - ratio  # > 0: a gain
-            worse, better = estimate < -band, estimate
-        # a dimension leaning the wrong way keeps the trial going only when the estimate and half
-        # of its present half-width reach beyond the budget's half-width: a loss the budget could
-        # show (as for gains below); a lean well inside the noise at the budget is no reason
-        leaning_worse = leaning_worse or (worse and -better + half / 2.0 > at_budget)
-        reachable[dim] = (at_budget, half, band, better)
+            gain = math.log(ratio) if dim == "throughput" else -math.log(ratio)
+            scale = (math.log1p(at_budget), math.log1p(band))
+        worse_power = conditional_power(-gain, scale[0], scale[1], q_budget, per_arm, budget)
+        gain_power = conditional_power(gain, scale[0], scale[1], q_budget, per_arm, budget)
+        if worse_power >= FUTILITY_POWER:
+            leaning_worse.append(dim)
+        if gain_power >= FUTILITY_POWER:
+            gains.append(dim)
+        leans = True
         if at_budget >= band > 0:
             needed = int(math.ceil(per_arm * (half / band) ** 2))
             hopeless.append(
@@ -152,13 +181,7 @@ def futility(res, policy, settings, per_arm):
         if hopeless and not leaning_worse:
             return "cannot resolve " + "; ".join(hopeless)
         return None
-    # a gain the interval now still allows (half of its half-width above the estimate) that the budget could show
-    gains = [
-        d
-        for d, (at_budget, h, band, better) in reachable.items()
-        if better + h / 2.0 >= band and at_budget < better + h / 2.0
-    ]
-    if reachable and not gains and not leaning_worse:
+    if leans and not gains and not leaning_worse:
         return "no improvement of the %s asked for that the budget could show (%s)" % (
             _span("throughput", settings["min_gain"]),
             "; ".join(hopeless) or "no dimension leans to a gain",
@@ -511,3 +534,29 @@ def unmeasurable_reason(candidates, data_dir=None):
             "that holds the training data" % ", ".join(needs)
         )
     return why
+
+
+_EFFECT_WORDS = {"next_login": "at the next login", "next_boot": "at the next boot"}
+
+
+def changes_seen_later(changes):
+    """The layer's changes when none of them is seen by a process started now, else None.
+
+    ``changes``: the rows of the layer's apply (``host_settings``); each written row says when
+    a newly started process sees it (``effect``). A row written without ``effect`` counts as
+    seen now, and so does an empty list (nothing said): such a layer is measured.
+    """
+    written = [r for r in changes or [] if isinstance(r, dict) and r.get("changed")]
+    if not written or any(r.get("effect") in (None, "now") for r in written):
+        return None
+    return [(r.get("id") or "?", r["effect"]) for r in written]
+
+
+def unseen_reason(later):
+    """Why a layer whose changes are all seen later is not measured, in words for the report."""
+    parts = ["%s %s" % (sid, _EFFECT_WORDS.get(effect, effect)) for sid, effect in later]
+    return (
+        "nothing a block started now can see changed (%s); the gate measures a layer only while its "
+        "change is live" % "; ".join(parts)
+    )
+

@@ -114,8 +114,9 @@ def run(cfg):
 # ---------------------------------------------------------------------------------------
 # The block runner: a warm parent that forks one fresh process per block.
 #
-# Started once per layer measurement (bench ``runner_state=started``), it imports what the
-# workloads import (torch, without initialising CUDA) and then waits on a private unix socket.
+# Started once per tune run, by the first layer measured (bench ``runner_state=started``), it
+# imports what the run's workloads import (torch, without initialising CUDA) and then waits on
+# a private unix socket; the layers after it find it there (a ``ping``) and use it.
 # Each block it is asked for runs in a child forked for it: a process of its own (its own
 # session, CUDA context, NCCL initialisation, its own reading of /etc/nccl.conf, limits and
 # /dev/shm), so a block stays the unit of noise; only the interpreter's start and the imports
@@ -155,8 +156,9 @@ def _run_child(request, folder, number, listener, conn):
         os._exit(code)
 
 
-def _serve_one(listener, conn, folder, number):
-    """Read one request, fork its block, wait for it (or for a kill), answer with its files."""
+def _serve_one(listener, conn, folder, number, preloaded=()):
+    """Read one request, fork its block, wait for it (or for a kill), answer with its files.
+    A ``ping`` is answered with what this runner imported (a layer of the same run reuses it)."""
     conn.settimeout(30)
     raw = b""
     while not raw.endswith(b"\n"):
@@ -168,6 +170,9 @@ def _serve_one(listener, conn, folder, number):
     if request.get("stop"):
         conn.sendall(b'{"stopped": true}\n')
         return True
+    if request.get("ping"):
+        conn.sendall((json.dumps({"pong": True, "preloaded": list(preloaded)}) + "\n").encode("utf-8"))
+        return False
     pid = os.fork()
     if pid == 0:
         _run_child(request, folder, number, listener, conn)
@@ -240,7 +245,7 @@ def _preload(modules, folder):
 def serve(cfg):
     """The block runner's loop (see above). ``cfg``: socket, run_id, lock_path, idle_s, preload."""
     folder = os.path.dirname(cfg["socket"])
-    _preload(cfg.get("preload") or (), folder)
+    imported = [i["module"] for i in _preload(cfg.get("preload") or (), folder) if not i["error"]]
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(cfg["socket"] + ".tmp")
     os.chmod(cfg["socket"] + ".tmp", 0o600)
@@ -260,7 +265,7 @@ def serve(cfg):
                 continue
             number += 1
             with conn:
-                if _serve_one(listener, conn, folder, number):
+                if _serve_one(listener, conn, folder, number, imported):
                     return 0
             last = time.time()
     finally:

@@ -33,6 +33,11 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops impor
 HEADER = "# Managed by stacktune (layer %s). Changes here are reported as drift and restored.\n"
 
 
+# When a newly started process sees a setting's change (``Kind.takes_effect``; a setting's
+# ``takes_effect``): the gate measures a layer only when one of its changes is seen ``now``.
+EFFECTS = ("now", "next_login", "next_boot")
+
+
 class SpecError(ValueError):
     """A requested setting is invalid; the message names the offending field."""
 
@@ -121,6 +126,12 @@ class Kind(object):
         if a is None or b is None:
             return a is b
         return norm_ws(a) == norm_ws(b)
+
+    def takes_effect(self, s):
+        """When a newly started process sees this setting's change: ``now``, ``next_login``
+        (read when a login session starts, like limits.d) or ``next_boot``. A setting's own
+        ``takes_effect`` (from the layer's policy) comes before this."""
+        return "next_boot" if self.reboot else "now"
 
     def write_rank(self, s):
         """Settings of lower rank are written first, live and at boot (0: a value whose write

@@ -117,6 +117,13 @@ class FileKind(Kind):
     def persisted(self, s, unit_text):
         return unit_text
 
+    def takes_effect(self, s):
+        # pam_limits reads limits.d when a login session starts (ssh, su, sudo, cron): processes
+        # already running, and those they fork, keep the limits they had
+        if s["key"].rsplit("/", 1)[0] in bootlimits.LIMITS_DIRS:
+            return "next_login"
+        return "now"
+
     def boot_value(self, s, ctx, pending=None):
         # a limits.d file competes with limits.conf and the other limits.d files at each login
         directory = s["key"].rsplit("/", 1)[0]

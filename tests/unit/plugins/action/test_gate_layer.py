@@ -48,6 +48,9 @@ class FakeHost:
     def execute(self, module_name, module_args, task_vars):
         if module_args.get("runner_state"):  # the warm parent of the blocks: started, then stopped
             self.runner_calls = getattr(self, "runner_calls", []) + [module_args["runner_state"]]
+            self.runner_args = getattr(self, "runner_args", []) + [dict(module_args)]
+            if module_args.get("runner_socket") and module_args["runner_socket"] == getattr(self, "live_runner", None):
+                return {"runner_socket": module_args["runner_socket"], "runner_reused": True}
             return {"runner_socket": "/run/stacktune-runner-x/runner.sock", "runner_start_s": 0.1}
         self.calls.append((module_name.rsplit(".", 1)[1], dict(module_args)))
         if module_name.endswith("host_settings"):
@@ -326,3 +329,67 @@ def test_the_decision_says_where_the_blocks_time_went(monkeypatch):
     # 200 steps of about 1 ms per block were measured; the block's wall time is the controller's
     assert 1.5 < cost["total"]["measured_s"] < 1.7
     assert cost["total"]["wall_s"] >= 0 and "measured_share" in cost["total"]
+
+
+MEMLOCK_ROW = {
+    "id": "file:/etc/security/limits.d/60-stacktune-memlock.conf",
+    "changed": True,
+    "status": "changed",
+    "effect": "next_login",
+}
+
+
+@pytest.mark.parametrize("unmeasurable, decision, state", [("keep", "keep", "kept"), ("rollback", "rollback", "restored")])
+def test_a_layer_whose_changes_no_block_can_see_is_not_measured(monkeypatch, unmeasurable, decision, state):
+    # the memory layer on the one-H200 host: /dev/shm was large enough, only memlock was written
+    host = FakeHost()
+    args = dict(BASE, layer="memory", workloads=["dataloader"], gpu_count=1, changes=[MEMLOCK_ROW])
+    args["unmeasurable"] = unmeasurable
+    res = action(args, host, monkeypatch=monkeypatch).run(task_vars={})
+    gate = res["gate"]
+    assert gate["decision"] == decision and gate["measurable"] is False
+    assert gate["seen_later"] == [{"id": MEMLOCK_ROW["id"], "effect": "next_login"}]
+    assert gate["reason"] == (
+        "%s: not measured: nothing a block started now can see changed "
+        "(file:/etc/security/limits.d/60-stacktune-memlock.conf at the next login); "
+        "the gate measures a layer only while its change is live" % decision
+    )
+    assert [name for name, _a in host.calls] == ["host_settings"]
+    assert host.calls[0][1]["state"] == state
+    assert getattr(host, "runner_calls", []) == []
+
+
+def test_a_layer_with_one_change_seen_now_is_measured(monkeypatch):
+    host = FakeHost()
+    now = dict(MEMLOCK_ROW, id="mount:/dev/shm:size", effect="now")
+    args = dict(BASE, layer="memory", workloads=["dataloader"], gpu_count=1, changes=[MEMLOCK_ROW, now])
+    res = action(args, host, monkeypatch=monkeypatch).run(task_vars={})
+    assert res["gate"]["measurable"] is True
+    assert sum(1 for name, _a in host.calls if name == "bench") == 8
+
+
+def test_one_block_runner_serves_every_layer_of_the_run(monkeypatch):
+    runner_for = {"memory": ["dataloader", "cpu_dataloader"], "kernel": ["train_step", "dataloader"], "nccl": ["allreduce"]}
+    first = FakeHost()
+    args = dict(BASE, layer="memory", workloads=["dataloader"], gpu_count=1, runner_for=runner_for, keep_runner=True)
+    res = action(args, first, monkeypatch=monkeypatch).run(task_vars={})
+    # started once, for what every layer measures on this one-GPU host (all-reduce needs two), and left running
+    assert first.runner_calls == ["started"]
+    assert first.runner_args[0]["runner_workloads"] == ["dataloader", "train_step"]
+    assert res["runner_socket"] == "/run/stacktune-runner-x/runner.sock"
+    # the next layer finds it answering and uses it: nothing started, nothing stopped
+    second = FakeHost()
+    second.live_runner = res["runner_socket"]
+    args = dict(args, layer="kernel", workloads=["train_step", "dataloader"], runner_socket=res["runner_socket"])
+    again = action(args, second, monkeypatch=monkeypatch).run(task_vars={})
+    assert second.runner_calls == ["started"]
+    assert second.runner_args[0]["runner_socket"] == res["runner_socket"]
+    assert again["runner_socket"] == res["runner_socket"]
+    assert all(a["runner_socket"] == res["runner_socket"] for n, a in second.calls if n == "bench")
+
+
+def test_runner_for_must_name_lists(monkeypatch):
+    host = FakeHost()
+    with pytest.raises(AnsibleActionFail, match="runner_for.kernel must be a list"):
+        action(dict(BASE, runner_for={"kernel": "train_step"}), host, monkeypatch=monkeypatch).run(task_vars={})
+    assert host.calls == []

@@ -32,9 +32,25 @@ def test_role_and_name(ref, role, name):
 
 
 def test_layers_registered_and_bad_input():
-    assert layers.FilterModule().filters() == {"layer_role": layers.layer_role, "layer_name": layers.layer_name}
+    assert layers.FilterModule().filters() == {
+        "layer_role": layers.layer_role,
+        "layer_name": layers.layer_name,
+        "layer_workloads": layers.layer_workloads,
+    }
     with pytest.raises(AnsibleFilterError, match="layer reference"):
         layers.layer_name(None)
+
+
+def test_layer_workloads_by_name_with_default():
+    # the defaults of roles/stacktune (stacktune_gate_workloads), in part
+    mapping = {"memory": ["dataloader", "cpu_dataloader"], "driver": [], "default": ["train_step", "cpu_train_step"]}
+    got = layers.layer_workloads(["memory", "stacktune.gpu.driver", "/srv/roles/my_layer"], mapping)
+    assert got == {"memory": ["dataloader", "cpu_dataloader"], "driver": [], "my_layer": ["train_step", "cpu_train_step"]}
+    assert layers.layer_workloads(["mine"], {}) == {"mine": []}
+    with pytest.raises(AnsibleFilterError, match="list of layers"):
+        layers.layer_workloads("memory", mapping)
+    with pytest.raises(AnsibleFilterError, match="stacktune_gate_workloads"):
+        layers.layer_workloads(["memory"], ["dataloader"])
 
 
 @pytest.mark.parametrize(

@@ -150,3 +150,36 @@ def test_an_import_that_fails_is_reported_and_the_runner_still_starts(tmp_path):
     assert "ModuleNotFoundError" in imports[1]["error"]
     with open(os.path.join(str(tmp_path), "ready.json")) as handle:
         assert json.load(handle)["imports"] == imports
+
+
+def test_a_layer_of_the_same_run_uses_the_runner_that_answers(runner):
+    sock = runner["runner_socket"]
+    assert bench.runner_answers(sock, []) == (True, True)
+    again = bench.measure(params(runner_state="started", runner_socket=sock, runner_workloads=["shm_pingpong"]))
+    assert again["runner_reused"] is True and again["runner_socket"] == sock
+    assert bench.measure(params(runner_socket=sock))["workload"] == "cpu_train_step"
+
+
+def test_a_runner_without_the_imports_asked_for_is_replaced(runner):
+    old = runner["runner_socket"]
+    # gemm needs torch, which this runner (for a CPU workload) never imported
+    assert bench.runner_answers(old, ["torch"]) == (True, False)
+    new = bench.measure(params(runner_state="started", runner_socket=old, runner_workloads=["gemm"]))
+    try:
+        assert "runner_reused" not in new and new["runner_socket"] != old
+        deadline = time.time() + 5
+        while os.path.exists(os.path.dirname(old)) and time.time() < deadline:
+            time.sleep(0.05)
+        assert not os.path.exists(os.path.dirname(old)), "the old runner was stopped"
+    finally:
+        bench.measure(params(runner_state="stopped", runner_socket=new["runner_socket"]))
+
+
+def test_a_runner_that_is_gone_is_started_anew(tmp_path):
+    gone = str(tmp_path / "stacktune-runner-gone" / "runner.sock")
+    assert bench.runner_answers(gone, []) == (False, False)
+    new = bench.measure(params(runner_state="started", runner_socket=gone))
+    try:
+        assert "runner_reused" not in new and new["runner_socket"] != gone
+    finally:
+        bench.measure(params(runner_state="stopped", runner_socket=new["runner_socket"]))
