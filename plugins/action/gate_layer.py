@@ -113,7 +113,9 @@ class ActionModule(ActionBase):
             if isinstance(candidates, string_types) or not isinstance(candidates, list):
                 raise AnsibleActionFail("runner_for.%s must be a list of workload names" % layer)
             try:
-                more = resolve_workloads(candidates, int(a.get("gpu_count") or 0), a.get("workload"), bench.get("data_dir"))
+                more = resolve_workloads(
+                    candidates, int(a.get("gpu_count") or 0), a.get("workload"), bench.get("data_dir")
+                )
             except ValueError as exc:
                 raise AnsibleActionFail("runner_for.%s: %s" % (layer, exc)) from None
             names.extend(w for w in more if w not in names)

@@ -559,4 +559,3 @@ def unseen_reason(later):
         "nothing a block started now can see changed (%s); the gate measures a layer only while its "
         "change is live" % "; ".join(parts)
     )
-

@@ -339,7 +339,9 @@ MEMLOCK_ROW = {
 }
 
 
-@pytest.mark.parametrize("unmeasurable, decision, state", [("keep", "keep", "kept"), ("rollback", "rollback", "restored")])
+@pytest.mark.parametrize(
+    "unmeasurable, decision, state", [("keep", "keep", "kept"), ("rollback", "rollback", "restored")]
+)
 def test_a_layer_whose_changes_no_block_can_see_is_not_measured(monkeypatch, unmeasurable, decision, state):
     # the memory layer on the one-H200 host: /dev/shm was large enough, only memlock was written
     host = FakeHost()
@@ -369,7 +371,11 @@ def test_a_layer_with_one_change_seen_now_is_measured(monkeypatch):
 
 
 def test_one_block_runner_serves_every_layer_of_the_run(monkeypatch):
-    runner_for = {"memory": ["dataloader", "cpu_dataloader"], "kernel": ["train_step", "dataloader"], "nccl": ["allreduce"]}
+    runner_for = {
+        "memory": ["dataloader", "cpu_dataloader"],
+        "kernel": ["train_step", "dataloader"],
+        "nccl": ["allreduce"],
+    }
     first = FakeHost()
     args = dict(BASE, layer="memory", workloads=["dataloader"], gpu_count=1, runner_for=runner_for, keep_runner=True)
     res = action(args, first, monkeypatch=monkeypatch).run(task_vars={})

@@ -45,7 +45,11 @@ def test_layer_workloads_by_name_with_default():
     # the defaults of roles/stacktune (stacktune_gate_workloads), in part
     mapping = {"memory": ["dataloader", "cpu_dataloader"], "driver": [], "default": ["train_step", "cpu_train_step"]}
     got = layers.layer_workloads(["memory", "stacktune.gpu.driver", "/srv/roles/my_layer"], mapping)
-    assert got == {"memory": ["dataloader", "cpu_dataloader"], "driver": [], "my_layer": ["train_step", "cpu_train_step"]}
+    assert got == {
+        "memory": ["dataloader", "cpu_dataloader"],
+        "driver": [],
+        "my_layer": ["train_step", "cpu_train_step"],
+    }
     assert layers.layer_workloads(["mine"], {}) == {"mine": []}
     with pytest.raises(AnsibleFilterError, match="list of layers"):
         layers.layer_workloads("memory", mapping)

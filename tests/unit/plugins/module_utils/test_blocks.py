@@ -26,6 +26,8 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import t_ppf
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import (
     Trial,
+    conditional_power,
+    futility,
     resolve_workloads,
     unmeasurable_reason,
 )
@@ -430,3 +432,60 @@ def test_steps_for_noise_on_recorded_h200_blocks(workload, shorter):
     # less per second on the one-H200 host)
     default = _workloads.DEFAULT_STEPS.get(workload, _workloads.DEFAULT_STEPS_OTHER)
     assert (200 <= default <= 400) if shorter else default > 400
+
+
+# ------------------------------------------------------------------ conditional power
+
+
+@pytest.mark.parametrize(
+    "lean, at_budget, band, want",
+    [
+        (0.05, 0.05, 0.02, 0.5),  # the final estimate sits on the line half the time
+        (0.20, 0.05, 0.02, 1.0),
+        (0.0, 0.05, 0.02, 0.0),
+        (-0.03, 0.05, 0.02, 0.0),
+        (0.05, 0.02, 0.05, 0.5),  # the tolerance is the line when it is wider
+    ],
+)
+def test_conditional_power(lean, at_budget, band, want):
+    assert conditional_power(lean, at_budget, band, 2.5, 4, 8) == pytest.approx(want, abs=1e-3)
+
+
+def test_conditional_power_at_the_last_look_is_what_the_estimate_shows():
+    assert conditional_power(0.06, 0.05, 0.02, 2.5, 8, 8) == 1.0
+    assert conditional_power(0.04, 0.05, 0.02, 2.5, 8, 8) == 0.0
+
+
+def dim(ratio, half, df=5, tolerance=0.02):
+    return {"verdict": "unknown", "ratio": ratio, "resolution": half, "df": df, "tolerance": tolerance}
+
+
+def look(**dims):
+    res = {"resolved": False, "blocks_before": 4}
+    res.update(dims)
+    return res
+
+
+def test_a_bimodal_median_leaning_the_wrong_way_keeps_no_trial_going():
+    """The memory layer on one H200 (docs/benchmarks.md): its DataLoader's median step is 0.9 ms
+    or 40-200 ms, so the median leans +62% with +-261% of noise; throughput leans -2%. Neither
+    is a regression the rest of the budget could show: the trial stops at its first look."""
+    res = look(
+        throughput=dim(0.98, 0.12),
+        p50=dim(1.625, 2.61, tolerance=0.02),
+        tail=dim(1.045, 0.30, tolerance=0.05),
+        stalls={"verdict": "unknown", "difference": 0.049, "resolution": 0.30, "df": 5, "tolerance": 0.005},
+    )
+    why = futility(res, "no_regression", check_settings({}, {}), 4)
+    assert why is not None and why.startswith("cannot resolve the throughput to 2.0%")
+
+
+def test_a_lean_the_budget_would_show_keeps_the_trial_going():
+    # throughput 8% down with +-6% now: 8 blocks per arm would likely show it
+    res = look(throughput=dim(0.92, 0.06), p50=dim(1.0, 0.01), tail=dim(1.0, 0.01, tolerance=0.05))
+    assert futility(res, "no_regression", check_settings({}, {}), 4) is None
+    # under improve a gain like that keeps it going too; no lean either way stops it
+    gain = look(throughput=dim(1.08, 0.06), p50=dim(1.0, 0.06), tail=dim(1.0, 0.2, tolerance=0.05))
+    assert futility(gain, "improve", check_settings({}, {}), 4) is None
+    flat = look(throughput=dim(1.0, 0.06), p50=dim(1.0, 0.06), tail=dim(1.0, 0.2, tolerance=0.05))
+    assert futility(flat, "improve", check_settings({}, {}), 4).startswith("no improvement of the 2.0%")

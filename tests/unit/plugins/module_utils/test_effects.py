@@ -100,7 +100,9 @@ def test_a_layer_is_measured_only_when_a_change_is_seen_now(changes, later):
 
 
 def test_the_reason_names_every_change_and_when():
-    words = unseen_reason([("file:/etc/security/limits.d/60-stacktune-memlock.conf", "next_login"), ("kernel_arg:x", "next_boot")])
+    words = unseen_reason(
+        [("file:/etc/security/limits.d/60-stacktune-memlock.conf", "next_login"), ("kernel_arg:x", "next_boot")]
+    )
     assert "file:/etc/security/limits.d/60-stacktune-memlock.conf at the next login" in words
     assert "kernel_arg:x at the next boot" in words
     assert words.startswith("nothing a block started now can see changed")
