@@ -18,12 +18,21 @@ through the bench module's own code (``PYTHONPATH=collections``).
     python3 benchmarks/record_blocks.py --workload gemm --blocks 12 --out /tmp/gemm.json
     python3 benchmarks/record_blocks.py --workload allreduce --size 64 --blocks 8 \\
         --arm base --arm 'nch4:NCCL_MAX_NCHANNELS=4' --out /tmp/allreduce.json
+
+A user's own program (``--workload command --command '<argv>'``) runs as the gate's
+``command`` workload does, one process per block through the bench module
+(``PYTHONPATH=collections``), its step lines read the same way:
+
+    python3 benchmarks/record_blocks.py --workload command \\
+        --command 'python3 tests/gpu/train_step_program.py --steps 140' --steps 120 --warmup 20 \\
+        --arm base --arm 'nopin:PIN_MEMORY=0' --blocks 6 --out /tmp/user.json
 """
 
 import argparse
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -81,6 +90,27 @@ def run_runner_block(bench, base, socket_path, cfg, extra_env):
     }
 
 
+def run_command_block(bench, base, argv, extra_env):
+    """One block of a user's program, as the gate's ``command`` workload runs it."""
+    started = time.time()
+    t0 = time.perf_counter()
+    try:
+        res = bench.measure(dict(base, workload="command", command=argv, env=extra_env))
+    except bench.BenchFailure as exc:
+        raise SystemExit("block failed: %s" % exc.msg) from None
+    details = res.get("details") or {}
+    return {
+        "started": round(started, 3),
+        "wall_s": round(time.perf_counter() - t0, 3),
+        "measure_s": details.get("measure_s"),
+        "samples_ms": [float("%.5g" % s) for s in res["samples_ms"]],
+        "work_per_step": (res.get("throughput") or {}).get("work_per_step"),
+        "work_unit": (res.get("throughput") or {}).get("unit"),
+        "throttle_reasons_seen": [],
+        "info": {"step_lines": details.get("step_lines")},
+    }
+
+
 def run_block(python, cfg, env, timeout):
     started = time.time()
     t0 = time.perf_counter()
@@ -125,6 +155,7 @@ def main(argv=None):
     parser.add_argument("--timeout", type=int, default=300)
     parser.add_argument("--arm", action="append", type=parse_arm, help="name[:KEY=VALUE,...]; default one arm 'base'")
     parser.add_argument("--runner", action="store_true", help="fork the blocks from the block runner, as the gate does")
+    parser.add_argument("--command", help="with --workload command: the program and its arguments (split as a shell would)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     arms = args.arm or [("base", {})]
@@ -145,8 +176,12 @@ def main(argv=None):
         "order": [],
         "arms": {name: {"env": env, "blocks": []} for name, env in arms},
     }
+    if (args.workload == "command") != bool(args.command):
+        parser.error("--command goes with --workload command, and only with it")
+    if args.command:
+        cfg["command"] = shlex.split(args.command)
     runner = bench = base = None
-    if args.runner:
+    if args.runner or args.command:
         from ansible_collections.stacktune.gpu.plugins.modules import bench  # pylint: disable=import-outside-toplevel
 
         base = bench.default_params(
@@ -157,6 +192,7 @@ def main(argv=None):
             workers=args.workers,
             timeout=args.timeout,
         )
+    if args.runner and not args.command:
         runner = bench.measure(dict(base, runner_state="started", runner_workloads=[args.workload]))
         doc["runner"] = {"start_s": runner["runner_start_s"], "imports": runner.get("runner_imports")}
         print("block runner ready in %.2f s" % runner["runner_start_s"], flush=True)
@@ -172,7 +208,9 @@ def record_rounds(args, arms, cfg, doc, bench, base, runner):
     for rnd in range(args.blocks):
         order = arms if rnd % 2 == 0 else list(reversed(arms))
         for name, extra in order:
-            if runner:
+            if args.command:
+                block = run_command_block(bench, base, cfg["command"], extra)
+            elif runner:
                 block = run_runner_block(bench, base, runner["runner_socket"], cfg, extra)
             else:
                 env = dict(os.environ)

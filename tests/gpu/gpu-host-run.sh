@@ -12,7 +12,7 @@ RUN_DIR="${RUN_DIR:-/tmp/stacktune-gpu-run}"
 mkdir -p "$RUN_DIR"
 log="$RUN_DIR/gpu-host-run.log"
 exec > >(tee -a "$log") 2>&1
-steps="${*:-capture pytest facts bench tune acceptance}"  # also: safety failures signals cost cost-default gate-a gate-b calibrate nccl acceptance-depth cpuio record1
+steps="${*:-capture pytest facts bench tune acceptance}"  # also: safety failures signals cost cost-default gate-a gate-b calibrate nccl acceptance-depth cpuio record1 record-user
 py="${PYTHON:-python3}"
 if [ -d .whl ] && ! "$py" -c 'import ansible' 2>/dev/null; then
   "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -209,6 +209,15 @@ print("lock:", json.load(open("/var/lib/stacktune/run.lock"))["holder"])'
           --python "${TORCH_PYTHON:-python3}" --workload "$wl" --blocks "$blocks" --steps "$steps" \
           --out "$RUN_DIR/blocks/h200x1_${wl}_${steps}.json"
       done
+      ;;
+    record-user)
+      # a user's own training program (ResNet-18 with a 4-worker DataLoader) as the gate's command
+      # workload runs it, with and without pinned memory (a real change), for
+      # tests/unit/fixtures/blocks/h200x1_user_resnet18.json
+      mkdir -p "$RUN_DIR/blocks"
+      run env PYTHONPATH="collections:${PYTHONPATH:-}" "$py" benchmarks/record_blocks.py --workload command \
+        --command "python3 $PWD/tests/gpu/train_step_program.py --steps 140" --steps 120 --warmup 20 \
+        --blocks "${USER_BLOCKS:-6}" --arm base --arm nopin:PIN_MEMORY=0 --out "$RUN_DIR/blocks/h200x1_user_resnet18.json"
       ;;
     cpuio)
       # the opt-in cpu and io layers: what the host exposes (facts) and what they would change
