@@ -155,7 +155,9 @@ def main(argv=None):
     parser.add_argument("--timeout", type=int, default=300)
     parser.add_argument("--arm", action="append", type=parse_arm, help="name[:KEY=VALUE,...]; default one arm 'base'")
     parser.add_argument("--runner", action="store_true", help="fork the blocks from the block runner, as the gate does")
-    parser.add_argument("--command", help="with --workload command: the program and its arguments (split as a shell would)")
+    parser.add_argument(
+        "--command", help="with --workload command: the program and its arguments (split as a shell would)"
+    )
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     arms = args.arm or [("base", {})]
