@@ -4,10 +4,12 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The gate's error rates and the blocks it spends, replaying recorded real blocks.
 
-The blocks recorded on two H200 (tests/unit/fixtures/blocks) are drawn at random into the
-gate's sequential trial (4 to ``--max-blocks`` blocks per arm), with a change laid on the
-blocks measured with it: none (A/A), 15% slower, 15% faster, 1.5% of the steps stalled at 3x
-the p99. Every draw is judged four ways on the same blocks, side by side:
+The blocks recorded on one and two H200 (tests/unit/fixtures/blocks) are drawn at random into
+the gate's sequential trial (4 to ``--max-blocks`` blocks per arm), with a change laid on the
+blocks measured with it: none (A/A), 15% slower, 5% slower, 15% faster, 1.5% of the steps
+stalled at 3x the p99; and, for a recording with a second arm (a user's ResNet-18 training
+program with pinned memory on and off, one H200), the real change between the arms, each arm's
+blocks drawn from its own recording. Every draw is judged four ways on the same blocks, side by side:
 
 * the gate as tune.yml runs it (stops early when the budget cannot decide);
 * the gate made to spend its whole budget (what the early stop saves is the difference in
@@ -60,26 +62,56 @@ TARGETS = {
 }
 
 
-def blocks_of(workload):
-    """The base arm's blocks of a recording: a workload of two H200, or a file name (ONE_H200)."""
+# Recordings with a real change as a second arm: (label, arm without, arm with, policy, the
+# decision a user wants, target). The ResNet-18 program's pinned memory (PIN_MEMORY=0 turns it
+# off) trades the mean against the tail: the project's founding case, on real blocks.
+REAL_CHANGES = {
+    "h200x1_user_resnet18": (
+        (
+            "real: pinned memory off (throughput -19%, median +60%, p99 -50%) rolled back",
+            "base",
+            "nopin",
+            "no_regression",
+            "rollback",
+            ">= 95%",
+        ),
+        (
+            "real: pinned memory on (throughput +19%, p99 x2) rolled back for its tail",
+            "nopin",
+            "base",
+            "improve",
+            "rollback",
+            ">= 95%",
+        ),
+    ),
+}
+ONE_H200_USER = ("h200x1_user_resnet18",)
+
+
+def blocks_of(workload, arm="base"):
+    """An arm's blocks of a recording: a workload of two H200, or a file name (ONE_H200)."""
     name = workload if workload.startswith("h200x") else "h200x2_%s" % workload
     with open(os.path.join(FIXTURES, "%s.json" % name)) as handle:
-        return [b["samples_ms"] for b in json.load(handle)["arms"]["base"]["blocks"]]
+        return [b["samples_ms"] for b in json.load(handle)["arms"][arm]["blocks"]]
 
 
-def trial(blocks, policy, effect, stall, seed, max_blocks, **options):
-    """One sequential trial on blocks drawn (by ``seed``) from the recording; with the blocks it saw."""
+def trial(blocks, policy, effect, stall, seed, max_blocks, blocks_on=None, **options):
+    """One sequential trial on blocks drawn (by ``seed``) from the recording; with the blocks it saw.
+    ``blocks_on``: the blocks the layer's arm is drawn from (a recorded real change), else
+    ``blocks`` with ``effect`` and ``stall`` laid on them."""
     from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import check_settings
     from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import Trial
 
     rng = random.Random(seed)
     feed = iter([blocks[rng.randrange(len(blocks))] for _i in range(4 * max_blocks + 8)])
+    on = blocks_on or blocks
+    feed_on = iter([on[rng.randrange(len(on))] for _i in range(4 * max_blocks + 8)])
     state = {"on": True}
     seen = {True: [], False: []}
 
     def measure(_w):
-        xs = list(next(feed))
-        if state["on"]:
+        xs = list(next(feed_on if state["on"] and blocks_on else feed))
+        if state["on"] and not blocks_on:
             xs = [x * effect for x in xs]
             if stall:
                 top = sorted(xs)[int(0.99 * (len(xs) - 1))]
@@ -117,7 +149,7 @@ def main(argv=None):
     parser.add_argument("--max-blocks", type=int, default=8)
     parser.add_argument(
         "--workloads",
-        default=",".join(WORKLOADS + ONE_H200),
+        default=",".join(WORKLOADS + ONE_H200 + ONE_H200_USER),
         help="comma-separated: workloads recorded on two H200, or recordings of one (h200x1_...)",
     )
     args = parser.parse_args(argv)
@@ -129,12 +161,21 @@ def main(argv=None):
     print("|---|---|---|---|---|---|---|---|---|---|")
     for workload in args.workloads.split(","):
         blocks = blocks_of(workload)
-        for label, policy, effect, stall, wanted, _should in CASES:
+        cases = [
+            (label, policy, effect, stall, wanted, TARGETS[label], None)
+            for label, policy, effect, stall, wanted, _s in CASES
+        ]
+        for label, arm_off, arm_on, policy, wanted, target in REAL_CHANGES.get(workload, ()):
+            cases.append(
+                (label, policy, 1.0, 0.0, wanted, target, (blocks_of(workload, arm_off), blocks_of(workload, arm_on)))
+            )
+        for label, policy, effect, stall, wanted, target, real in cases:
             right, spent, early = {}, {}, 0
             mw_right = 0
             for seed in range(args.draws):
                 for judge, options in JUDGES:
-                    res, seen = trial(blocks, policy, effect, stall, seed, args.max_blocks, **options)
+                    base, on = real or (blocks, None)
+                    res, seen = trial(base, policy, effect, stall, seed, args.max_blocks, blocks_on=on, **options)
                     right[judge] = right.get(judge, 0) + (res["decision"] == wanted)
                     spent[judge] = spent.get(judge, 0) + res["blocks"]["with"]
                     if judge == "gate":
@@ -147,7 +188,7 @@ def main(argv=None):
                 % (
                     workload,
                     label,
-                    TARGETS[label],
+                    target,
                     100 * right["gate"] / n,
                     spent["gate"] / n,
                     100 * early / n,
