@@ -50,10 +50,13 @@ KILLS = {
     "safety-k4": "after_live_written@nccl",
     "safety-k5": "before_journal_final@memory",
 }
-MEASURE_KILL = "safety-m"  # SIGKILLed while the kernel layer is being measured
+MEASURE_KILL = "safety-m"  # SIGKILLed while the nccl layer is being measured
 REF = "safety-ref"
 ALL = [REF, MEASURE_KILL] + sorted(KILLS)
-# The controller stopped while the gate measures the kernel layer: by SIGINT (Ctrl-C, an
+# The controller stopped while the gate measures the nccl layer (on these unprivileged
+# containers the only one of KILLED_LAYERS whose change a block can see: /etc/nccl.conf is read
+# by every new process, the kernel layer's sysctls and the memory layer's /dev/shm size can only
+# be persisted, memlock limits apply at the next login): by SIGINT (Ctrl-C, an
 # AWX cancel) and SIGTERM (timeout, a scheduler) during a block with the layer, a block
 # without it and the switch between them; by SIGKILL of its whole process group during a
 # block with and without it. Each host takes its cases one after the other.
@@ -65,7 +68,7 @@ SIGNAL_CASES = {
 }
 # Each block marks which arm it runs in, and lasts long enough to be interrupted.
 MARKED = (
-    "if [ -e /etc/sysctl.d/60-stacktune-kernel.conf ]; then touch /run/stacktune-block-with; "
+    "if [ -e /etc/nccl.conf ]; then touch /run/stacktune-block-with; "
     "else touch /run/stacktune-block-without; fi; sleep 3; "
 )
 MARKERS = {
@@ -158,7 +161,7 @@ done
 # so a gated run ends in the same state as an ungated one and runs compare setting by setting.
 STEADY = "for i in $(seq 40); do echo 1.0; done"
 KILL_WHILE_MEASURING = (
-    "if [ -e /etc/sysctl.d/60-stacktune-kernel.conf ] && [ ! -e /root/measure-killed ]; then "
+    "if [ -e /etc/nccl.conf ] && [ ! -e /root/measure-killed ]; then "
     "touch /root/measure-killed; kill -KILL $PPID; sleep 5; fi; " + STEADY
 )
 GATED = {
@@ -679,10 +682,10 @@ class Driver(object):
             )
         check(self.recap_failed(tuned["out"], MEASURE_KILL) == 1, "measurement kill did not happen")
         # the run itself put the layer it measured back (unjudged) and gave the host back
-        entry = self.journal(MEASURE_KILL, "kernel")
+        entry = self.journal(MEASURE_KILL, "nccl")
         check(
             entry["state"] == "new" and (entry.get("interrupted") or {}).get("reason", "").startswith("not judged: "),
-            "kernel was not put back after its bench module was killed: %s" % entry,
+            "nccl was not put back after its bench module was killed: %s" % entry,
         )
         check(self.lock_holder(MEASURE_KILL) is None, "the run whose bench module was killed kept the host locked")
         return final
@@ -784,7 +787,7 @@ class Driver(object):
         """Re-run the killed hosts while the reference host takes two concurrent runs."""
         killed = {"stacktune_layers": KILLED_LAYERS}
         rerun = self.playbook("rerun", TUNE, self.inventory("rerun", sorted(KILLS), common=killed), wait=False)
-        # the run whose bench module was killed put the kernel layer back and freed the host:
+        # the run whose bench module was killed put the nccl layer back and freed the host:
         # the next run takes it as usual and measures the layer again
         rerun_m = self.playbook(
             "rerun-m", TUNE, self.inventory("rerun-m", [MEASURE_KILL], common=dict(GATED, **killed)), wait=False
@@ -799,20 +802,20 @@ class Driver(object):
             json.loads(line) for line in self.sh(MEASURE_KILL, "cat /var/lib/stacktune/events.jsonl").splitlines()
         ]
         put_back = [(e["layer"], e["run_id"]) for e in events if e.get("action") in ("interrupted", "recover")]
-        check(put_back == [("kernel", "tune")], "after the measurement kill the layer was put back by %s" % put_back)
+        check(put_back == [("nccl", "tune")], "after the measurement kill the layer was put back by %s" % put_back)
         print("crash safety: %d kill points on real containers, every re-run converged" % (len(KILLS) + 1))
-        self.counts["kill_points"] = sorted(KILLS.values()) + ["during_measurement@kernel"]
+        self.counts["kill_points"] = sorted(KILLS.values()) + ["during_measurement@nccl"]
 
     def concurrency(self):
         # the first run's first block waits until the other runs were refused
         release = "/run/stacktune-release-first"
         self.sh(REF, "rm -f %s" % release)
         wait = "while [ ! -e %s ]; do sleep 0.5; done; " % release
-        # one more sysctl, so that the kernel layer changes on the tuned host and is measured
+        # another interface list, so that the nccl layer changes on the tuned host and is measured
         slow = dict(
             GATED,
-            stacktune_layers=["kernel"],
-            kernel_sysctl={"vm.overcommit_memory": "1", "vm.max_map_count": "262144"},
+            stacktune_layers=["nccl"],
+            nccl_socket_ifname="^lo,docker0,stacktune-test",
             stacktune_bench_command=["sh", "-c", wait + STEADY],
             stacktune_bench_timeout=600,
         )
@@ -963,17 +966,17 @@ class Driver(object):
                 self.inventory(
                     "signals-rerun",
                     hosts,
-                    common=dict(GATED, stacktune_layers=["kernel"], stacktune_bench_command=["sh", "-c", STEADY]),
+                    common=dict(GATED, stacktune_layers=["nccl"], stacktune_bench_command=["sh", "-c", STEADY]),
                 ),
             ),
         )
         check(again["rc"] == 0, "the run after the interruptions failed:\n" + again["out"][-3000:])
         for host in hosts:
-            kernel = [r for r in self.report(again, host)["layers"] if r["layer"] == "kernel"][0]
+            nccl = [r for r in self.report(again, host)["layers"] if r["layer"] == "nccl"][0]
             check(
-                kernel["decision"] == "keep" and (kernel["gate"] or {}).get("blocks", {}).get("with", 0) >= 2,
-                "%s: the run after the interruptions did not measure the kernel layer again: %s"
-                % (host, kernel.get("gate")),
+                nccl["decision"] == "keep" and (nccl["gate"] or {}).get("blocks", {}).get("with", 0) >= 2,
+                "%s: the run after the interruptions did not measure the nccl layer again: %s"
+                % (host, nccl.get("gate")),
             )
         back = self.playbook("signals-rollback", "playbooks/rollback.yml", self.inventory("signals-rollback", hosts))
         check(back["rc"] == 0, "rollback after the interruptions failed:\n" + back["out"][-3000:])
@@ -990,8 +993,8 @@ class Driver(object):
         marker = MARKERS[where]
         self.sh(host, "rm -f %s" % " ".join(MARKERS.values()))
         name = "sig-%s-%d" % (host, n)
-        common = dict(GATED, stacktune_layers=["kernel"], stacktune_bench_command=["sh", "-c", MARKED + STEADY])
-        env = self.hook_env({host: {"STACKTUNE_TEST_PAUSE_AT": "mid_suspend@kernel"}}) if where == "switch" else None
+        common = dict(GATED, stacktune_layers=["nccl"], stacktune_bench_command=["sh", "-c", MARKED + STEADY])
+        env = self.hook_env({host: {"STACKTUNE_TEST_PAUSE_AT": "mid_suspend@nccl"}}) if where == "switch" else None
         run = self.playbook(name, TUNE, self.inventory(name, [host], common=common), env=env, wait=False)
         deadline = time.time() + 300
         while self.sh(host, "test -e %s && echo here || true" % marker).strip() != "here":
@@ -1021,7 +1024,7 @@ class Driver(object):
             time.sleep(0.5)
         check(self.state_hash(host) == pre, "%s: the host is not as before the run" % label)
         check(self.lock_holder(host) is None, "%s: the lock is still held" % label)
-        entry = self.journal(host, "kernel")
+        entry = self.journal(host, "nccl")
         why = {
             "with": "a block with the layer",
             "without": "a block without the layer",
@@ -1039,7 +1042,7 @@ class Driver(object):
         if not group:
             check(
                 "stacktune: stopped by %s" % signame in run["out"]
-                and "%s: kernel was being measured" % host in run["out"]
+                and "%s: nccl was being measured" % host in run["out"]
                 and "Undo the rest:" in run["out"],
                 "%s: the last lines do not say what the host was left in:\n%s" % (label, run["out"][-2000:]),
             )
