@@ -154,16 +154,9 @@ unowned:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.acceptance.record import RECORD_FILE
-from ansible_collections.stacktune.gpu.plugins.module_utils.engine.engine import Engine
-from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import (
-    HostLocked,
-    RunLock,
-    journal_options,
-    open_journal,
-    unowned_files,
-)
-from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context, command_runner
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import journal_options
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import command_runner
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.listing import ListingFailed, read_journal
 
 
 def main():
@@ -178,39 +171,19 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-
-    run_command = command_runner(module)
-
-    journal = open_journal(p["journal_dir"], p["root"])
-    result = {"changed": False}
-    if p["check_lock_for"]:
-        lock = RunLock(p["root"])
-        try:
-            result["lock_holder"] = lock.holder()
-            if not p["break_lock"]:
-                lock.check(p["check_lock_for"])
-        except HostLocked as exc:
-            module.fail_json(msg="Failed to check the run lock: %s" % exc, lock_holder=exc.holder)
-        except (OSError, IOError, ValueError) as exc:
-            module.fail_json(msg="Failed to check the run lock: %s" % exc)
     try:
-        result["layers"] = journal.summary()
-        result["acceptance"], error = journal.record(RECORD_FILE)
-        if error:
-            result["acceptance_error"] = error
-        if p["verify"]:
-            result["verified"] = [
-                Engine(
-                    Context(row["layer"], root=p["root"], run_command=run_command), journal, check_mode=True
-                ).verify()
-                for row in result["layers"]
-                if row["state"] != "unreadable"
-            ]
-        if p["unowned_in"]:
-            result["unowned"] = unowned_files(p["unowned_in"], journal.owned_paths(), root=p["root"])
-    except (OSError, IOError, ValueError) as exc:
-        module.fail_json(msg="Failed to read the journal %s: %s" % (p["journal_dir"], exc))
-    module.exit_json(**result)
+        result = read_journal(
+            p["journal_dir"],
+            p["root"],
+            run_command=command_runner(module),
+            verify=p["verify"],
+            unowned_in=p["unowned_in"],
+            check_lock_for=p["check_lock_for"],
+            break_lock=p["break_lock"],
+        )
+    except ListingFailed as exc:
+        module.fail_json(msg=exc.msg, **exc.extra)
+    module.exit_json(changed=False, **result)
 
 
 if __name__ == "__main__":

@@ -184,32 +184,16 @@ layers:
   type: dict
 """
 
-import os
-import stat
-import time
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops import atomic_write, read_text
-from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import Journal, journal_options
-from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.metrics import (
-    FILE_NAME,
-    content_changed,
-    layer_view,
-    parse,
-    render,
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import journal_options
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.node_exporter import AUTO
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.textfile import (
+    MetricsFailed,
+    file_mode,
+    place,
+    write_metrics,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.node_exporter import AUTO, resolve
-
-
-def journal_entries(journal_dir):
-    journal = Journal(journal_dir)
-    entries = []
-    for layer in journal.layers():
-        entry = journal.load(layer)
-        if entry is not None:
-            entries.append(entry)
-    return entries
 
 
 def main():
@@ -230,71 +214,27 @@ def main():
     )
     p = module.params
     try:
-        mode = int(p["mode"], 8)
-    except ValueError:
-        module.fail_json(msg="Failed to parse mode: %r is not an octal file mode" % p["mode"])
-    if not 0 <= mode <= 0o7777:
-        module.fail_json(msg="Failed to parse mode: %r is not an octal file mode" % p["mode"])
-    for key in ("drift_settings", "drift_corrected_settings"):
-        if p[key] is not None and p[key] < 0:
-            module.fail_json(msg="Failed to validate %s: must not be negative, got %s" % (key, p[key]))
-    try:
-        found = resolve(p["directory"], files=(FILE_NAME,))
-    except ValueError as exc:
-        module.fail_json(msg="Failed to use the metrics directory: %s" % exc)
-    for warning in found["warnings"]:
-        module.warn(warning)
-    path = os.path.join(found["path"], FILE_NAME)
-    where = dict(
-        path=path,
-        directory=found["path"],
-        directory_source=found["source"],
-        directory_detail=found["detail"],
-    )
-    if p["validate_only"]:
-        module.exit_json(changed=False, written=False, **where)
-
-    try:
-        entries = journal_entries(p["journal_dir"])
-    except (IOError, OSError, ValueError) as exc:
-        module.fail_json(msg="Failed to read the journal in %s: %s" % (p["journal_dir"], exc))
-    layers = layer_view(entries, p["records"])
-    before = read_text(path) if os.path.isfile(path) else None
-    content = render(
-        layers,
-        p["playbook"],
-        p["success"],
-        time.time(),
-        previous_text=before,
-        drift_settings=p["drift_settings"],
-        drift_corrected=p["drift_corrected_settings"],
-    )
-    changed = content_changed(before, content)
-    if before is not None and stat.S_IMODE(os.stat(path).st_mode) != mode:
-        changed = True
-    written = False
-    if not module.check_mode:
-        try:
-            atomic_write(path, content.encode("utf-8"), mode=mode)
-        except (IOError, OSError) as exc:
-            module.fail_json(msg="Failed to write the metrics file %s: %s" % (path, exc))
-        written = True
-    result = dict(
-        where,
-        changed=changed,
-        content=content,
-        series=len(parse(content)),
-        written=written,
-        layers=layers,
-    )
-    if module._diff:
-        result["diff"] = {
-            "before": before or "",
-            "after": content,
-            "before_header": path,
-            "after_header": path,
-        }
-    module.exit_json(**result)
+        file_mode(p["mode"])
+        where, warnings = place(p["directory"])
+        for warning in warnings:
+            module.warn(warning)
+        if p["validate_only"]:
+            module.exit_json(changed=False, written=False, **where)
+        result = write_metrics(
+            where,
+            p["playbook"],
+            p["success"],
+            p["journal_dir"],
+            records=p["records"],
+            drift_settings=p["drift_settings"],
+            drift_corrected=p["drift_corrected_settings"],
+            mode=p["mode"],
+            check_mode=module.check_mode,
+            diff=module._diff,
+        )
+    except MetricsFailed as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(**dict(where, **result))
 
 
 if __name__ == "__main__":

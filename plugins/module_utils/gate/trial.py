@@ -99,6 +99,8 @@ def half_at_budget(dim, half, df_now, df_budget, per_arm, budget, confidence):
 # while the rest of the budget would show it at least this often, were the estimate now the
 # truth (its conditional power). Replayed on the recorded real blocks (docs/benchmarks.md).
 FUTILITY_POWER = 0.2
+# Beyond this many blocks per arm the count says nothing more (a bimodal median's needs run to millions).
+NEEDED_SAID = 10000
 
 
 def _normal_cdf(x):
@@ -167,14 +169,14 @@ def futility(res, policy, settings, per_arm):
         if at_budget >= band > 0:
             needed = int(math.ceil(per_arm * (half / band) ** 2))
             hopeless.append(
-                "%s to %s (+-%s now, +-%s at %d blocks per arm; about %d blocks per arm would be needed)"
+                "%s to %s (+-%s now, +-%s at %d blocks per arm; %s blocks per arm would be needed)"
                 % (
                     _DIM_WORDS[dim],
                     _span(dim, band),
                     _span(dim, half),
                     _span(dim, at_budget),
                     budget,
-                    needed,
+                    ("about %d" % needed) if needed <= NEEDED_SAID else "over %d" % NEEDED_SAID,
                 )
             )
     if policy == "no_regression":

@@ -478,6 +478,8 @@ def test_a_bimodal_median_leaning_the_wrong_way_keeps_no_trial_going():
     )
     why = futility(res, "no_regression", check_settings({}, {}), 4)
     assert why is not None and why.startswith("cannot resolve the throughput to 2.0%")
+    # what the median would need is beyond any budget, and said so without a seven-digit count
+    assert "the median step to 2.0% (+-261.0% now" in why and "over 10000 blocks per arm would be needed" in why
 
 
 def test_a_lean_the_budget_would_show_keeps_the_trial_going():
