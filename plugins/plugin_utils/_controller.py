@@ -14,6 +14,12 @@ import os
 import shlex
 import socket
 
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import (
+    boot_id,
+    pid_namespace,
+    process_start,
+)
+
 # The collection's root (this file is plugins/plugin_utils/_controller.py).
 COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 LOCAL_INVENTORY = os.path.join("inventories", "local", "hosts.yml")
@@ -26,26 +32,6 @@ def _read(path):
         with open(path) as handle:
             return handle.read()
     except (IOError, OSError):
-        return None
-
-
-def boot_id():
-    return (_read("/proc/sys/kernel/random/boot_id") or "").strip() or None
-
-
-def process_start(pid):
-    """The start time of a process (clock ticks since boot), or None when it does not exist.
-
-    With the boot id, it tells a live controller from a new process that reuses its pid.
-    """
-    stat = _read("/proc/%d/stat" % int(pid))
-    if stat is None:
-        return None
-    # the command name (field 2) may hold spaces and parentheses: split after its last ')'
-    fields = stat.rsplit(")", 1)[-1].split()
-    try:
-        return int(fields[19])
-    except (IndexError, ValueError):
         return None
 
 
@@ -63,6 +49,8 @@ def controller_identity(pid=None):
         "user": user,
         "pid": pid,
         "pid_start": process_start(pid),
+        # a block runner on this machine tells a gone controller only within one pid namespace
+        "pid_ns": pid_namespace(),
     }
 
 

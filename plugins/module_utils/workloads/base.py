@@ -326,6 +326,55 @@ class Monitor:
         return {"before": self.before, "after": self.after, "during": self.during, "nvml": self.nvml_status}
 
 
+def process_start(pid):
+    """The start time of a process (clock ticks since boot), or None when it does not exist.
+
+    With the boot id and the pid namespace, it tells a live process from a new one that
+    reuses its pid.
+    """
+    stat = _read_first_line("/proc/%d/stat" % int(pid))
+    if stat is None:
+        return None
+    # the command name (field 2) may hold spaces and parentheses: split after its last ')'
+    fields = stat.rsplit(")", 1)[-1].split()
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def pid_namespace():
+    """This process's pid namespace (``pid:[4026531836]``), or None: pids mean the same only
+    inside one namespace."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+def boot_id():
+    return (_read_first_line("/proc/sys/kernel/random/boot_id") or "").strip() or None
+
+
+def controller_gone(controller):
+    """True when a lease's controller process (``host``, ``boot_id``, ``pid_ns``, ``pid``,
+    ``pid_start``) is known to be gone from here: same boot and pid namespace, and its pid no
+    longer runs the process that started. False when it runs, or when nothing here can tell
+    (another machine, another namespace, a lease that does not say)."""
+    if not isinstance(controller, dict):
+        return False
+    if not controller.get("boot_id") or controller.get("boot_id") != boot_id():
+        return False
+    if not controller.get("pid_ns") or controller.get("pid_ns") != pid_namespace():
+        return False
+    try:
+        pid = int(controller.get("pid"))
+    except (TypeError, ValueError):
+        return False
+    start = process_start(pid)
+    return start is None or (controller.get("pid_start") is not None and start != controller["pid_start"])
+
+
 PR_SET_PDEATHSIG = 1
 
 

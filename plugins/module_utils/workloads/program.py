@@ -28,6 +28,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base impor
     GPU_WORKLOADS,
     SIZE_MEANING,
     WorkloadError,
+    controller_gone,
     die_with_parent,
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.cpu import (
@@ -116,7 +117,9 @@ def run(cfg):
 #
 # Started once per tune run, by the first layer measured (bench ``runner_state=started``), it
 # imports what the run's workloads import (torch, without initialising CUDA) and then waits on
-# a private unix socket; the layers after it find it there (a ``ping``) and use it.
+# a private unix socket; the layers after it find it there (a ``ping``) and use it. Between
+# blocks it checks the host's lease: it ends as soon as its run no longer holds it (released,
+# taken over, expired, or its controller on this machine is gone).
 # Each block it is asked for runs in a child forked for it: a process of its own (its own
 # session, CUDA context, NCCL initialisation, its own reading of /etc/nccl.conf, limits and
 # /dev/shm), so a block stays the unit of noise; only the interpreter's start and the imports
@@ -125,6 +128,8 @@ def run(cfg):
 
 
 def _lease_holder(lock_path):
+    """The run that holds the host's lease now, or None: none, an expired lease, or one whose
+    controller process is known to be gone (a killed ansible-playbook on this machine)."""
     try:
         with open(lock_path) as handle:
             data = json.load(handle)
@@ -132,6 +137,8 @@ def _lease_holder(lock_path):
         return None
     holder = data.get("holder") if isinstance(data, dict) and "holder" in data else data
     if not isinstance(holder, dict) or float(holder.get("expires_ts", 0)) <= time.time():
+        return None
+    if controller_gone(holder.get("controller")):
         return None
     return holder.get("run_id")
 

@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import base as workloads_base
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import files
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import process as workloads_process
 from ansible_collections.stacktune.gpu.plugins.modules import bench
@@ -102,6 +103,64 @@ def test_the_runner_ends_when_its_run_loses_the_host(tmp_path, monkeypatch):
     lock.write_text(json.dumps({"holder": None, "past": [{"run_id": "r1", "ended": "released"}]}))
     proc.wait(10)
     assert not os.path.exists(os.path.dirname(sock))
+
+
+def start_serving(tmp_path, holder):
+    lock = tmp_path / "run.lock"
+    lock.write_text(json.dumps({"holder": holder, "past": []}))
+    sock = os.path.join(bench.runner_folder(), "runner.sock")
+    cfg = {"serve": {"socket": sock, "run_id": "r1", "lock_path": str(lock), "idle_s": 60, "preload": []}}
+    program = os.path.join(os.path.dirname(sock), "p.py")
+    with open(program, "w") as out:
+        out.write(bench.workload_source())
+    proc = workloads_process.start_detached(
+        [sys.executable, program, json.dumps(cfg)], str(tmp_path), str(tmp_path / "log")
+    )
+    deadline = time.time() + 10
+    while not os.path.exists(sock) and time.time() < deadline:
+        time.sleep(0.05)
+    return proc, sock
+
+
+def test_the_runner_ends_when_its_controller_on_this_machine_is_gone(tmp_path):
+    """A controller killed between two layers (SIGKILL: nothing releases the lease) leaves the
+    run's runner idle; it ends as soon as it sees that the lease's controller process, on this
+    machine and in its pid namespace, is gone, not when the lease expires minutes later."""
+    import subprocess
+
+    controller = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    ident = {
+        "host": "here",
+        "boot_id": workloads_base.boot_id(),
+        "pid_ns": workloads_base.pid_namespace(),
+        "pid": controller.pid,
+        "pid_start": workloads_base.process_start(controller.pid),
+    }
+    assert workloads_base.controller_gone(ident) is False
+    proc, sock = start_serving(tmp_path, {"run_id": "r1", "expires_ts": time.time() + 600, "controller": ident})
+    time.sleep(1.5)
+    assert proc.poll() is None  # its controller lives: it serves
+    controller.kill()
+    controller.wait()
+    assert workloads_base.controller_gone(ident) is True
+    proc.wait(10)
+    assert not os.path.exists(os.path.dirname(sock))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"boot_id": "another-boot"},  # another machine, or this one before a reboot: cannot tell
+        {"pid_ns": "pid:[1]"},  # another pid namespace (a container): its pids are not ours
+        {"pid_ns": None},  # a lease written before the namespace was recorded
+        {"pid": "x"},
+    ],
+)
+def test_a_controller_nothing_here_can_see_is_never_taken_for_gone(change):
+    ident = {"boot_id": workloads_base.boot_id(), "pid_ns": workloads_base.pid_namespace(), "pid": 2**22 - 1}
+    assert workloads_base.controller_gone(ident) is True  # a pid nothing runs, in our namespace
+    assert workloads_base.controller_gone(dict(ident, **change)) is False
+    assert workloads_base.controller_gone(None) is False
 
 
 def test_a_killed_runners_folder_is_swept_and_a_live_ones_kept(runner, tmp_path):
