@@ -15,7 +15,7 @@ import os
 import time
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops import atomic_write
-from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import Journal
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import ACCEPTANCE_FILE, Journal
 from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.metrics import escape_label, format_value
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.acceptance.levels import VERDICT_EXIT_CODES
@@ -25,7 +25,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.acceptance.runner im
 
 
 HISTORY_KEEP = 20
-RECORD_FILE = "acceptance.json"
+RECORD_FILE = ACCEPTANCE_FILE
 RECORD_SCHEMA = 1
 
 

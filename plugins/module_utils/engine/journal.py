@@ -45,6 +45,8 @@ HISTORY_KEEP = 50
 HOST_DIR = "/var/lib/stacktune"
 # The journal directory when none is given: the folder of the host's locks.
 JOURNAL_DIR = HOST_DIR
+# The node's last acceptance record (acceptance/record.py writes it; the journal's listing reads it).
+ACCEPTANCE_FILE = "acceptance.json"
 # The options every module of the journal shares (the doc fragment stacktune.gpu.journal
 # documents them; tests/unit/plugins/doc_fragments keeps the two the same).
 JOURNAL_OPTIONS = {

@@ -10,9 +10,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.acceptance.record import RECORD_FILE
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.engine import Engine
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import (
+    ACCEPTANCE_FILE,
     HostLocked,
     RunLock,
     open_journal,
@@ -53,7 +53,7 @@ def read_journal(
             raise ListingFailed("Failed to check the run lock: %s" % exc) from None
     try:
         result["layers"] = journal.summary()
-        result["acceptance"], error = journal.record(RECORD_FILE)
+        result["acceptance"], error = journal.record(ACCEPTANCE_FILE)
         if error:
             result["acceptance_error"] = error
         if verify:
