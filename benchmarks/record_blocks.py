@@ -68,11 +68,8 @@ def _throttles(conditions):
     return sorted(seen)
 
 
-def run_runner_block(bench, base, socket_path, cfg, extra_env):
-    """One block forked from the block runner, through the bench module."""
-    started = time.time()
-    t0 = time.perf_counter()
-    params = dict(base, workload=cfg["workload"], size=cfg["size"], runner_socket=socket_path, env=extra_env)
+def _bench_block(bench, params, started, t0, info=None):
+    """One block through the bench module (``bench.measure``), as the recording keeps it."""
     try:
         res = bench.measure(params)
     except bench.BenchFailure as exc:
@@ -86,29 +83,22 @@ def run_runner_block(bench, base, socket_path, cfg, extra_env):
         "work_per_step": (res.get("throughput") or {}).get("work_per_step"),
         "work_unit": (res.get("throughput") or {}).get("unit"),
         "throttle_reasons_seen": _throttles(res.get("conditions")),
-        "info": details.get("info"),
+        "info": details.get("info") if info is None else info(details),
     }
+
+
+def run_runner_block(bench, base, socket_path, cfg, extra_env):
+    """One block forked from the block runner, through the bench module."""
+    started, t0 = time.time(), time.perf_counter()
+    params = dict(base, workload=cfg["workload"], size=cfg["size"], runner_socket=socket_path, env=extra_env)
+    return _bench_block(bench, params, started, t0)
 
 
 def run_command_block(bench, base, argv, extra_env):
     """One block of a user's program, as the gate's ``command`` workload runs it."""
-    started = time.time()
-    t0 = time.perf_counter()
-    try:
-        res = bench.measure(dict(base, workload="command", command=argv, env=extra_env))
-    except bench.BenchFailure as exc:
-        raise SystemExit("block failed: %s" % exc.msg) from None
-    details = res.get("details") or {}
-    return {
-        "started": round(started, 3),
-        "wall_s": round(time.perf_counter() - t0, 3),
-        "measure_s": details.get("measure_s"),
-        "samples_ms": [float("%.5g" % s) for s in res["samples_ms"]],
-        "work_per_step": (res.get("throughput") or {}).get("work_per_step"),
-        "work_unit": (res.get("throughput") or {}).get("unit"),
-        "throttle_reasons_seen": [],
-        "info": {"step_lines": details.get("step_lines")},
-    }
+    started, t0 = time.time(), time.perf_counter()
+    params = dict(base, workload="command", command=argv, env=extra_env)
+    return _bench_block(bench, params, started, t0, info=lambda details: {"step_lines": details.get("step_lines")})
 
 
 def run_block(python, cfg, env, timeout):

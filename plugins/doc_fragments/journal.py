@@ -52,3 +52,19 @@ options:
         module of the C(stacktune.gpu.run) action group (C(module_defaults) C(group/stacktune.gpu.run)).
     type: str
 """
+
+    # check_lock_for, break_lock: extends_documentation_fragment: stacktune.gpu.journal.lock_check
+    LOCK_CHECK = r"""
+options:
+  check_lock_for:
+    description:
+      - The run id of a read-only run (verify, a drift report). Before anything is read, check
+        that no other run holds the host's run lock, as M(stacktune.gpu.run_lock)
+        C(state=checked) does, and fail naming the holder and the command to run if it is gone;
+        so such a run costs one module run per host. Unset, the lock is not looked at.
+    type: str
+  break_lock:
+    description: With O(check_lock_for), read even while another run holds the lock (C(stacktune_lock_break)).
+    type: bool
+    default: false
+"""

@@ -26,16 +26,6 @@ description:
     I(metrics=true). Correcting drift (C(stacktune_drift_fix=true)) takes the host and goes
     through M(stacktune.gpu.host_settings) instead.
 options:
-  check_lock_for:
-    description:
-      - The run id of this drift run. Before anything is read, check that no other run holds the
-        host's run lock, and fail naming the holder and the command to run if it is gone. Unset,
-        the lock is not looked at.
-    type: str
-  break_lock:
-    description: With I(check_lock_for), read even while another run holds the lock (C(stacktune_lock_break)).
-    type: bool
-    default: false
   metrics:
     description: Write the metrics file (C(metrics_enabled) of the C(stacktune.gpu.metrics) role).
     type: bool
@@ -53,6 +43,7 @@ options:
 extends_documentation_fragment:
   - stacktune.gpu.journal
   - stacktune.gpu.journal.root
+  - stacktune.gpu.journal.lock_check
 attributes:
   check_mode:
     support: full
@@ -133,9 +124,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.textfile i
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            **journal_options("journal_dir", "root"),
-            check_lock_for=dict(type="str"),
-            break_lock=dict(type="bool", default=False),
+            **journal_options("journal_dir", "root", "check_lock_for", "break_lock"),
             metrics=dict(type="bool", default=True),
             metrics_directory=dict(type="str", default=AUTO),
             metrics_mode=dict(type="str", default="0644"),

@@ -38,20 +38,10 @@ options:
     type: list
     elements: path
     default: []
-  check_lock_for:
-    description:
-      - The run id of a read-only run (verify, a drift report). Before anything is read, check
-        that no other run holds the host's run lock, as M(stacktune.gpu.run_lock)
-        C(state=checked) does, and fail naming the holder and the command to run if it is gone;
-        so such a run costs one module run per host. Unset, the lock is not looked at.
-    type: str
-  break_lock:
-    description: With I(check_lock_for), read even while another run holds the lock (C(stacktune_lock_break)).
-    type: bool
-    default: false
 extends_documentation_fragment:
   - stacktune.gpu.journal
   - stacktune.gpu.journal.root
+  - stacktune.gpu.journal.lock_check
 attributes:
   check_mode:
     support: full
@@ -162,11 +152,9 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine.listing impor
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            **journal_options("journal_dir", "root"),
+            **journal_options("journal_dir", "root", "check_lock_for", "break_lock"),
             verify=dict(type="bool", default=False),
             unowned_in=dict(type="list", elements="path", default=[]),
-            check_lock_for=dict(type="str"),
-            break_lock=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )

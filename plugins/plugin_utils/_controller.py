@@ -16,6 +16,7 @@ import socket
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import (
     boot_id,
+    pid_gone,
     pid_namespace,
     process_start,
 )
@@ -63,12 +64,7 @@ def is_gone(controller, here=None):
         return False
     if controller.get("boot_id") and here.get("boot_id") and controller["boot_id"] != here["boot_id"]:
         return True
-    try:
-        pid = int(controller.get("pid"))
-    except (TypeError, ValueError):
-        return False
-    start = process_start(pid)
-    return start is None or (controller.get("pid_start") is not None and start != controller["pid_start"])
+    return pid_gone(controller)
 
 
 def _checkout():

@@ -53,6 +53,8 @@ JOURNAL_OPTIONS = {
     "journal_dir": {"type": "path", "default": JOURNAL_DIR},
     "root": {"type": "path", "default": "/"},
     "run_id": {"type": "str"},
+    "check_lock_for": {"type": "str"},
+    "break_lock": {"type": "bool", "default": False},
 }
 # The end of every refusal; the run_lock action replaces it with the exact command.
 LOCK_BREAK_HINT = "run again with -e stacktune_lock_break=true"

@@ -367,6 +367,12 @@ def controller_gone(controller):
         return False
     if not controller.get("pid_ns") or controller.get("pid_ns") != pid_namespace():
         return False
+    return pid_gone(controller)
+
+
+def pid_gone(controller):
+    """Whether the ``pid`` of a process record (``pid``, ``pid_start``) no longer runs that
+    process here; the caller has made sure the pid means here what it meant there."""
     try:
         pid = int(controller.get("pid"))
     except (TypeError, ValueError):

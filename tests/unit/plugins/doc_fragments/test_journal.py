@@ -21,6 +21,7 @@ FRAGMENTS = {
     "stacktune.gpu.journal": ModuleDocFragment.DOCUMENTATION,
     "stacktune.gpu.journal.root": ModuleDocFragment.ROOT,
     "stacktune.gpu.journal.run_id": ModuleDocFragment.RUN_ID,
+    "stacktune.gpu.journal.lock_check": ModuleDocFragment.LOCK_CHECK,
 }
 # gpu_acceptance writes its record only when given a journal directory: its journal_dir has no
 # default, so it documents that option itself.

@@ -84,27 +84,6 @@ def test_stopping_the_runner_removes_its_folder(runner):
     assert not os.path.exists(folder)
 
 
-def test_the_runner_ends_when_its_run_loses_the_host(tmp_path, monkeypatch):
-
-    lock = tmp_path / "run.lock"
-    lock.write_text(json.dumps({"holder": {"run_id": "r1", "expires_ts": time.time() + 600}, "past": []}))
-    sock = os.path.join(bench.runner_folder(), "runner.sock")
-    cfg = {"serve": {"socket": sock, "run_id": "r1", "lock_path": str(lock), "idle_s": 60, "preload": []}}
-    program = os.path.join(os.path.dirname(sock), "p.py")
-    with open(program, "w") as out:
-        out.write(bench.workload_source())
-    proc = workloads_process.start_detached(
-        [sys.executable, program, json.dumps(cfg)], str(tmp_path), str(tmp_path / "log")
-    )
-    deadline = time.time() + 10
-    while not os.path.exists(sock) and time.time() < deadline:
-        time.sleep(0.05)
-    assert proc.poll() is None
-    lock.write_text(json.dumps({"holder": None, "past": [{"run_id": "r1", "ended": "released"}]}))
-    proc.wait(10)
-    assert not os.path.exists(os.path.dirname(sock))
-
-
 def start_serving(tmp_path, holder):
     lock = tmp_path / "run.lock"
     lock.write_text(json.dumps({"holder": holder, "past": []}))
@@ -120,6 +99,14 @@ def start_serving(tmp_path, holder):
     while not os.path.exists(sock) and time.time() < deadline:
         time.sleep(0.05)
     return proc, sock
+
+
+def test_the_runner_ends_when_its_run_loses_the_host(tmp_path):
+    proc, sock = start_serving(tmp_path, {"run_id": "r1", "expires_ts": time.time() + 600})
+    assert proc.poll() is None
+    (tmp_path / "run.lock").write_text(json.dumps({"holder": None, "past": [{"run_id": "r1", "ended": "released"}]}))
+    proc.wait(10)
+    assert not os.path.exists(os.path.dirname(sock))
 
 
 def test_the_runner_ends_when_its_controller_on_this_machine_is_gone(tmp_path):
