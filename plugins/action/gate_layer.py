@@ -100,7 +100,7 @@ class ActionModule(ActionBase):
         args.update(extra)
         return self._module("stacktune.gpu.host_settings", args, task_vars)
 
-    def _runner_workloads(self, workloads, bench):
+    def _runner_workloads(self, workloads, gpu_count, bench):
         """What the runner imports for: this layer's workloads and, with ``runner_for``
         (``{layer: candidate workloads}`` of the run's layers), those of every layer it may
         serve after this one, each resolved for this host as its own layer would be."""
@@ -113,9 +113,7 @@ class ActionModule(ActionBase):
             if isinstance(candidates, string_types) or not isinstance(candidates, list):
                 raise AnsibleActionFail("runner_for.%s must be a list of workload names" % layer)
             try:
-                more = resolve_workloads(
-                    candidates, int(a.get("gpu_count") or 0), a.get("workload"), bench.get("data_dir")
-                )
+                more = resolve_workloads(candidates, gpu_count, a.get("workload"), bench.get("data_dir"))
             except ValueError as exc:
                 raise AnsibleActionFail("runner_for.%s: %s" % (layer, exc)) from None
             names.extend(w for w in more if w not in names)
@@ -231,7 +229,7 @@ class ActionModule(ActionBase):
         except (TypeError, ValueError):
             raise AnsibleActionFail("gpu_count must be an integer, got %r" % (a.get("gpu_count"),)) from None
         workloads = resolve_workloads(candidates, gpu_count, a.get("workload"), bench.get("data_dir"))
-        self._runner_wanted = self._runner_workloads(workloads, bench)
+        self._runner_wanted = self._runner_workloads(workloads, gpu_count, bench)
         return mode, settings, bench, workloads
 
     def run(self, tmp=None, task_vars=None):
@@ -254,18 +252,14 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail("changes must be the list of the layer's setting rows (host_settings settings)")
         later = changes_seen_later(changes)
         if not workloads or later:
-            keep = a.get("unmeasurable", "keep") == "keep"
-            decision = {
-                "decision": "keep" if keep else "rollback",
-                "policy": policy,
-                "measurable": False,
-            }
+            verdict = "keep" if a.get("unmeasurable", "keep") == "keep" else "rollback"
+            decision = {"decision": verdict, "policy": policy, "measurable": False}
             if later:
                 decision["seen_later"] = [{"id": sid, "effect": effect} for sid, effect in later]
-                decision["reason"] = "%s: not measured: %s" % ("keep" if keep else "rollback", unseen_reason(later))
+                decision["reason"] = "%s: not measured: %s" % (verdict, unseen_reason(later))
             else:
                 decision["reason"] = "%s: not measurable on this host: %s" % (
-                    "keep" if keep else "rollback",
+                    verdict,
                     unmeasurable_reason(a.get("workloads") or [], bench.get("data_dir")),
                 )
             decision["summary"] = decision["reason"]

@@ -571,21 +571,27 @@ def start_runner(params):
     }
 
 
+def ask_runner(sock, request, timeout=10):
+    """One request to the runner at ``sock`` and its one-line answer, decoded; OSError or
+    ValueError when nothing answers there."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(timeout)
+        conn.connect(sock)
+        conn.sendall((json.dumps(request) + "\n").encode("utf-8"))
+        raw = b""
+        while not raw.endswith(b"\n"):
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            raw += chunk
+    return json.loads(raw.decode("utf-8"))
+
+
 def runner_answers(sock, modules):
     """Whether a runner answers at ``sock`` having imported every one of ``modules``:
     ``(answers, covers)``."""
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.settimeout(10)
-            conn.connect(sock)
-            conn.sendall(b'{"ping": true}\n')
-            raw = b""
-            while not raw.endswith(b"\n"):
-                chunk = conn.recv(65536)
-                if not chunk:
-                    break
-                raw += chunk
-        answer = json.loads(raw.decode("utf-8"))
+        answer = ask_runner(sock, {"ping": True})
     except (OSError, ValueError):
         return False, False
     if not isinstance(answer, dict) or not answer.get("pong"):
@@ -615,11 +621,8 @@ def ensure_runner(params):
 
 def stop_runner(sock):
     """Ask the runner at ``sock`` to end (it removes its folder); a runner already gone is fine."""
-    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-        conn.settimeout(10)
-        conn.connect(sock)
-        conn.sendall(b'{"stop": true}\n')
-        conn.recv(64)
+    with contextlib.suppress(OSError, ValueError):
+        ask_runner(sock, {"stop": True})
     return {"changed": False, "runner_socket": sock, "stopped": True}
 
 

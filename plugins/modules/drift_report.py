@@ -136,7 +136,7 @@ def main():
     try:
         if p["metrics"]:
             # a directory that cannot be used is refused before anything is read
-            file_mode(p["metrics_mode"])
+            mode = file_mode(p["metrics_mode"])
             where, warnings = place(p["metrics_directory"])
             for warning in warnings:
                 module.warn(warning)
@@ -158,7 +158,7 @@ def main():
                 rooted(p["root"] or "/", p["journal_dir"]),
                 drift_settings=len(result["drift"]),
                 drift_corrected=0,
-                mode=p["metrics_mode"],
+                mode=mode,
                 check_mode=module.check_mode,
                 diff=module._diff,
             )

@@ -214,7 +214,7 @@ def main():
     )
     p = module.params
     try:
-        file_mode(p["mode"])
+        mode = file_mode(p["mode"])
         where, warnings = place(p["directory"])
         for warning in warnings:
             module.warn(warning)
@@ -228,7 +228,7 @@ def main():
             records=p["records"],
             drift_settings=p["drift_settings"],
             drift_corrected=p["drift_corrected_settings"],
-            mode=p["mode"],
+            mode=mode,
             check_mode=module.check_mode,
             diff=module._diff,
         )

@@ -75,13 +75,13 @@ def write_metrics(
     records=(),
     drift_settings=None,
     drift_corrected=None,
-    mode="0644",
+    mode=0o644,
     check_mode=False,
     diff=False,
 ):
     """Render this run's metrics over the journal's layers and write them (unless ``check_mode``)
-    atomically to ``where["path"]``; the module result without ``where``'s keys."""
-    mode = file_mode(mode)
+    atomically to ``where["path"]`` with ``mode`` (an int, from :func:`file_mode`); the module
+    result without ``where``'s keys."""
     for key, value in (("drift_settings", drift_settings), ("drift_corrected_settings", drift_corrected)):
         if value is not None and value < 0:
             raise MetricsFailed("Failed to validate %s: must not be negative, got %s" % (key, value))

@@ -353,7 +353,7 @@ def pid_namespace():
 
 
 def boot_id():
-    return (_read_first_line("/proc/sys/kernel/random/boot_id") or "").strip() or None
+    return _read_first_line("/proc/sys/kernel/random/boot_id") or None
 
 
 def controller_gone(controller):

@@ -117,17 +117,18 @@ class FileKind(Kind):
     def persisted(self, s, unit_text):
         return unit_text
 
+    @staticmethod
+    def _in_limits_dir(s):
+        return s["key"].rsplit("/", 1)[0] in bootlimits.LIMITS_DIRS
+
     def takes_effect(self, s):
         # pam_limits reads limits.d when a login session starts (ssh, su, sudo, cron): processes
         # already running, and those they fork, keep the limits they had
-        if s["key"].rsplit("/", 1)[0] in bootlimits.LIMITS_DIRS:
-            return "next_login"
-        return "now"
+        return "next_login" if self._in_limits_dir(s) else "now"
 
     def boot_value(self, s, ctx, pending=None):
         # a limits.d file competes with limits.conf and the other limits.d files at each login
-        directory = s["key"].rsplit("/", 1)[0]
-        if directory in bootlimits.LIMITS_DIRS and s["key"].endswith(".conf"):
+        if self._in_limits_dir(s) and s["key"].endswith(".conf"):
             return bootlimits.boot_value(ctx, s["key"], s["value"], pending)
         return None
 
