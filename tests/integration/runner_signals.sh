@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Stop tune.yml while the run-wide block runner serves it (the built-in CPU workloads, no GPU
-# needed): SIGINT and SIGKILL during a block, SIGKILL between two layers. Prints, per case,
+# needed): SIGINT, SIGTERM and SIGKILL during a block, SIGKILL between two layers. Prints, per case,
 # whether a runner process is left, who holds the lock, each layer's journal state and the
 # state after rollback. It tunes THIS machine (sysctls, /dev/shm): run it as root on a
 # disposable machine, from the repository root, after `make tune` set up .venv:
@@ -17,7 +17,7 @@ ansible-playbook tune.yml -e "$V" -e stacktune_run_id=kill-A > /tmp/kA.log 2>&1;
 grep -E "block runner ready|memory: (keep|rollback)|kernel: (keep|rollback)" /tmp/kA.log | cut -c1-160
 echo "runners left: $(runners); $(lock); after: $(state)"
 ansible-playbook playbooks/rollback.yml > /dev/null 2>&1; echo "rolled back: $(state)"
-for case in INT-block KILL-block KILL-between; do
+for case in INT-block TERM-block KILL-block KILL-between; do
   sig=${case%-*}; where=${case#*-}
   echo "== $case"
   setsid ansible-playbook tune.yml -e "$V" -e stacktune_run_id=kill-$case > /tmp/k$case.log 2>&1 &
@@ -26,7 +26,7 @@ for case in INT-block KILL-block KILL-between; do
   for _i in $(seq 600); do grep -q "$pat" /tmp/k$case.log && break; sleep 0.2; done
   [ "$where" = block ] && sleep 0.5
   echo "runners while running: $(runners)"
-  if [ "$sig" = INT ]; then kill -INT "$pid"; else kill -KILL -- "-$pid"; fi
+  if [ "$sig" = KILL ]; then kill -KILL -- "-$pid"; else kill "-$sig" "$pid"; fi
   wait "$pid" 2>/dev/null; echo "rc=$?"
   for i in $(seq 30); do [ "$(runners)" = 0 ] && break; sleep 1; done
   echo "runners left after ${i}s: $(runners); $(lock)"
