@@ -387,6 +387,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal impor
     journal_options,
     lease_ticker,
 )
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.runner_client import ask_runner
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.bench import (
     COMMAND_FORMAT,
     WORKLOAD_CHOICES,
@@ -569,22 +570,6 @@ def start_runner(params):
         "runner_imports": imports,
         "workload": params["workload"],
     }
-
-
-def ask_runner(sock, request, timeout=10):
-    """One request to the runner at ``sock`` and its one-line answer, decoded; OSError or
-    ValueError when nothing answers there."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-        conn.settimeout(timeout)
-        conn.connect(sock)
-        conn.sendall((json.dumps(request) + "\n").encode("utf-8"))
-        raw = b""
-        while not raw.endswith(b"\n"):
-            chunk = conn.recv(65536)
-            if not chunk:
-                break
-            raw += chunk
-    return json.loads(raw.decode("utf-8"))
 
 
 def runner_answers(sock, modules):

@@ -84,6 +84,12 @@ options:
         knows its own (a C(kernel_arg) at the next boot, a C(file) under /etc/security/limits.d
         at the next login, the others now); give it where the program that reads the file
         says otherwise. The gate measures a layer only when one of its changes is seen now."
+      - "C(seen_running) (true or false) says whether a process that is already running sees the
+        change on its next steps. Each kind knows its own: C(sysctl), C(sysfs), C(irq_affinity),
+        C(mount) and C(nvml) (power limit, application clocks; not the compute mode) yes, C(file),
+        C(env_var) and C(kernel_arg) no; give it where the program that reads the file re-reads it
+        while it runs. The gate switches a layer inside one running workload (a live trial) only
+        when every change it measures is seen this way, else it starts a process per block."
       - With I(state=verify) and no I(settings), the layer's journaled settings are verified.
     type: list
     elements: dict
@@ -235,6 +241,18 @@ settings:
           live value could not be or did not need to be written.
       type: str
       returned: when the setting was written
+    seen_running:
+      description:
+        - For a setting written with C(effect=now), whether a process already running sees the
+          change (its kind's answer, or the setting's C(seen_running)).
+      type: bool
+      returned: when the setting was written with effect now
+    settle_s:
+      description:
+        - For a setting written with C(effect=now), seconds a running process needs after the
+          switch before its steps show the new value (the live trial drops them).
+      type: float
+      returned: when the setting was written with effect now
     other_writers:
       description:
         - With I(state=verify), the other tools running on the host that may rewrite the setting

@@ -171,6 +171,9 @@ class Engine(UnitFiles):
                     "%ssettings[%d].takes_effect must be one of %s, got %r"
                     % ("%s: " % spec["var"] if spec.get("var") else "", index, ", ".join(EFFECTS), effect)
                 )
+            running = spec.get("seen_running")
+            if running is not None and not isinstance(running, bool):
+                raise SpecError("settings[%d].seen_running must be true or false, got %r" % (index, running))
             for s in expanded:
                 if s["id"] in seen:
                     raise SpecError("settings[%d]: %s is requested twice" % (index, s["id"]))
@@ -183,6 +186,8 @@ class Engine(UnitFiles):
                     s["at_least"] = True
                 if effect is not None:
                     s["takes_effect"] = effect
+                if running is not None:
+                    s["seen_running"] = running
                 seen.add(s["id"])
                 settings.append(s)
                 if spec.get("var"):
@@ -333,6 +338,11 @@ class Engine(UnitFiles):
         }
         if wrote:
             row["effect"] = effect
+            if effect == "now":
+                kind = KINDS[s["kind"]]
+                running = s.get("seen_running")
+                row["seen_running"] = kind.seen_running(s) if running is None else running
+                row["settle_s"] = kind.settle_s
         if before is not None:
             row["live_before"] = before["live"]
             row["persisted_before"] = before["persisted"] if before["unit"] is not None else None

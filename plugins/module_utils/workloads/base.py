@@ -408,8 +408,59 @@ def die_with_parent(prctl=None, parent=None):
         os._exit(1)
 
 
+# Live mode (the gate's live trial): one process runs a workload until it is ended, printing
+# each step's time as it is measured, one JSON line ``{"step_ms": 12.5}`` per step, flushed, the
+# way a user's own program streams (docs/bench.md "A program for live trials"). ``run`` in
+# program.py sets ``out`` (the result stream), ``stop`` (set by SIGTERM) and ``max_s``.
+LIVE = {"out": None, "stop": None, "max_s": None}
+# Steps a workload sizes itself for in live mode (its data set, its batches): it is ended long
+# before, by the trial.
+LIVE_STEPS = 10**6
+# Workloads that can run for a whole live trial (the others size files or ranks per block).
+LIVE_WORKLOADS = (
+    "gemm",
+    "h2d_pinned",
+    "h2d_pageable",
+    "dataloader",
+    "train_step",
+    "cpu_dataloader",
+    "shm_pingpong",
+    "mem_touch",
+    "cpu_train_step",
+)
+# Steps kept for the result document a live run prints when it is ended.
+LIVE_KEEP = 2000
+
+
+def live_loop(step, warmup, monitor):
+    """Live mode's loop: ``warmup`` unmeasured steps, then one line per step until stopped."""
+    for _warm in range(warmup):
+        step()
+    out, stop = LIVE["out"], LIVE["stop"]
+    deadline = time.monotonic() + float(LIVE["max_s"] or 3600.0)
+    monitor.begin()
+    samples = []
+    try:
+        while not stop.is_set() and time.monotonic() < deadline:
+            ms = float(step())
+            samples.append(ms)
+            if len(samples) > 2 * LIVE_KEEP:
+                del samples[:-LIVE_KEEP]
+            try:
+                out.write('{"step_ms": %.6f}\n' % ms)
+                out.flush()
+            except (BrokenPipeError, OSError):
+                break  # nobody reads any more: the runner is gone
+    finally:
+        monitor.end()
+    return samples[-LIVE_KEEP:]
+
+
 def timed_loop(step, steps, warmup, monitor):
-    """Run ``warmup`` unmeasured steps, then ``steps`` measured ones; ``step`` returns ms."""
+    """Run ``warmup`` unmeasured steps, then ``steps`` measured ones; ``step`` returns ms.
+    In live mode (``LIVE``), steps until the process is told to stop instead."""
+    if LIVE["out"] is not None:
+        return live_loop(step, warmup, monitor)
     for _warm in range(warmup):
         step()
     monitor.begin()

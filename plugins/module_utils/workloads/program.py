@@ -18,6 +18,7 @@ import shutil
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 
@@ -26,6 +27,9 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base impor
     DEFAULT_STEPS,
     DEFAULT_STEPS_OTHER,
     GPU_WORKLOADS,
+    LIVE,
+    LIVE_STEPS,
+    LIVE_WORKLOADS,
     SIZE_MEANING,
     WorkloadError,
     controller_gone,
@@ -38,6 +42,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.cpu import
     wl_shm_pingpong,
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.files import wl_file_dataloader
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.live import LiveSession
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.gpu import (
     wl_allreduce,
     wl_dataloader,
@@ -82,14 +87,23 @@ def run(cfg):
         name = resolve_auto()
     if name not in WORKLOAD_FUNCS:
         raise WorkloadError("unknown workload %r" % name)
+    if cfg.get("live"):
+        if name not in LIVE_WORKLOADS:
+            raise WorkloadError("workload %s cannot run live (it sizes its data per block)" % name)
+        if LIVE["out"] is None:
+            raise WorkloadError("live mode needs the program's result stream")
+        LIVE["stop"] = threading.Event()
+        LIVE["max_s"] = cfg.get("max_s")
+        signal.signal(signal.SIGTERM, lambda _sig, _frame: LIVE["stop"].set())
     cpus = cfg.get("cpus")
     if cpus:
         try:
             os.sched_setaffinity(0, cpus)
         except (AttributeError, OSError, ValueError) as exc:
             raise WorkloadError("cannot pin the workload to CPUs %s: %s" % (cpus, exc)) from None
+    steps = int(cfg["steps"]) if cfg.get("steps") is not None else DEFAULT_STEPS.get(name, DEFAULT_STEPS_OTHER)
     params = {
-        "steps": int(cfg["steps"]) if cfg.get("steps") is not None else DEFAULT_STEPS.get(name, DEFAULT_STEPS_OTHER),
+        "steps": LIVE_STEPS if cfg.get("live") else steps,
         "warmup": int(cfg["warmup"]),
         "size": int(cfg["size"]) if cfg.get("size") is not None else DEFAULT_SIZE[name],
         "workers": int(cfg.get("workers", 4)),
@@ -163,9 +177,111 @@ def _run_child(request, folder, number, listener, conn):
         os._exit(code)
 
 
-def _serve_one(listener, conn, folder, number, preloaded=()):
+def _answer(conn, doc):
+    with contextlib.suppress(OSError):
+        conn.sendall((json.dumps(doc) + "\n").encode("utf-8"))
+
+
+def _client_gone(conn):
+    """A function that tells whether the client of ``conn`` has gone (or said anything: a
+    live request is given up when the client leaves, its lease lost or its module killed)."""
+    conn.setblocking(False)
+
+    def gone():
+        try:
+            return conn.recv(64) is not None
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True
+
+    return gone
+
+
+def _fork_live(listener, conn):
+    """The ``fork_builtin`` of a live session: a built-in workload in live mode, in a forked
+    child of its own session that writes its step lines to ``out_fd``."""
+
+    def fork_builtin(args, env, out_fd, err_fd):
+        pid = os.fork()
+        if pid:
+            return pid
+        code = 1
+        try:
+            listener.close()
+            conn.close()
+            os.setsid()
+            die_with_parent()
+            os.environ.update({str(k): str(v) for k, v in (env or {}).items()})
+            os.dup2(out_fd, 1)
+            os.dup2(err_fd, 2)
+            code = main(["runner", json.dumps(dict(args, live=True))])
+        finally:
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(code)
+
+    return fork_builtin
+
+
+def _serve_live(request, listener, conn, folder, live):
+    """A live session's requests (``live_start``, ``live_window``, ``live_stop``); ``live`` holds
+    the runner's one session (``{"session": LiveSession or None}``)."""
+    session = live.get("session")
+    if "live_start" in request:
+        spec = request["live_start"]
+        if session is not None and session.key == spec.get("key") and session.alive():
+            _answer(conn, {"reused": True, "pid": session.pid, "steps": len(session.arrivals)})
+            return
+        if session is not None:
+            session.stop()
+        started = time.monotonic()
+        session = LiveSession(spec, folder, _fork_live(listener, conn))
+        live["session"] = session
+        session.start()
+        bad = session.wait_first(float(spec.get("start_timeout") or 600), _client_gone(conn))
+        if bad is not None:
+            live["session"] = None
+            done = session.stop(grace=1.0)
+            bad.update(rc=done["rc"])
+            _answer(conn, {"failed": True, "result": bad})
+            return
+        _answer(conn, {"started": True, "pid": session.pid, "start_s": round(time.monotonic() - started, 3)})
+        return
+    if "live_stop" in request:
+        live["session"] = None
+        _answer(conn, {"stopped": True, "result": session.stop() if session is not None else None})
+        return
+    window = request["live_window"]
+    if session is None:
+        _answer(conn, {"failed": True, "result": {"failure": "start", "error": "no live session is running"}})
+        return
+    out = session.window(
+        bool(window.get("fresh", True)),
+        float(window.get("seconds", 5.0)),
+        drop_s=float(window.get("drop_s", 0.0)),
+        drop_steps=int(window.get("drop_steps", 0)),
+        min_steps=int(window.get("min_steps", 3)),
+        hang_s=float(window.get("hang_s", 60.0)),
+        gone=_client_gone(conn),
+    )
+    if "failure" in out:
+        if out["failure"] != "gone":
+            live["session"] = None
+            done = session.stop(grace=1.0)
+            out.setdefault("rc", done["rc"])
+        _answer(conn, {"failed": True, "result": out})
+        return
+    _answer(conn, {"window": out})
+
+
+def _serve_one(listener, conn, folder, number, preloaded=(), live=None):
     """Read one request, fork its block, wait for it (or for a kill), answer with its files.
-    A ``ping`` is answered with what this runner imported (a layer of the same run reuses it)."""
+    A ``ping`` is answered with what this runner imported (a layer of the same run reuses it);
+    the live requests go to :func:`_serve_live`. One workload runs at a time: a block ends the
+    live session first."""
+    live = {} if live is None else live
     conn.settimeout(30)
     raw = b""
     while not raw.endswith(b"\n"):
@@ -180,6 +296,12 @@ def _serve_one(listener, conn, folder, number, preloaded=()):
     if request.get("ping"):
         conn.sendall((json.dumps({"pong": True, "preloaded": list(preloaded)}) + "\n").encode("utf-8"))
         return False
+    if any(key in request for key in ("live_start", "live_window", "live_stop")):
+        _serve_live(request, listener, conn, folder, live)
+        conn.setblocking(True)
+        return False
+    if live.get("session") is not None:
+        live.pop("session").stop()
     pid = os.fork()
     if pid == 0:
         _run_child(request, folder, number, listener, conn)
@@ -260,6 +382,7 @@ def serve(cfg):
     os.rename(cfg["socket"] + ".tmp", cfg["socket"])  # there only once it answers
     listener.settimeout(1.0)
     last, number = time.time(), 0
+    live = {"session": None}
     try:
         while True:
             if cfg.get("run_id") and _lease_holder(cfg["lock_path"]) != cfg["run_id"]:
@@ -272,10 +395,12 @@ def serve(cfg):
                 continue
             number += 1
             with conn:
-                if _serve_one(listener, conn, folder, number, imported):
+                if _serve_one(listener, conn, folder, number, imported, live):
                     return 0
             last = time.time()
     finally:
+        if live.get("session") is not None:
+            live["session"].stop(grace=2.0)
         listener.close()
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -291,6 +416,8 @@ def main(argv):
         cfg = json.loads(argv[1])
         if "serve" in cfg:
             return serve(cfg["serve"])
+        if cfg.get("live"):
+            LIVE["out"] = result_stream
         result = run(cfg)
     except WorkloadError as exc:
         result, code = {"error": str(exc)}, 2

@@ -38,6 +38,13 @@ HEADER = "# Managed by stacktune (layer %s). Changes here are reported as drift 
 EFFECTS = ("now", "next_login", "next_boot")
 
 
+# Whether a process that is already running sees a setting's change (``Kind.seen_running``; a
+# setting's ``seen_running`` from the layer's policy comes first). The gate switches a layer
+# inside one running workload (a live trial) only when every change it can measure is seen
+# that way; otherwise a fresh process per block must start to see it. A kind claims it only
+# where a test or a measurement showed it (docs/gate.md): a wrong claim measures nothing.
+
+
 class SpecError(ValueError):
     """A requested setting is invalid; the message names the offending field."""
 
@@ -132,6 +139,17 @@ class Kind(object):
         (read when a login session starts, like limits.d) or ``next_boot``. A setting's own
         ``takes_effect`` (from the layer's policy) comes before this."""
         return "next_boot" if self.reboot else "now"
+
+    # A running process sees a new value of this kind (see ``seen_running``).
+    running = False
+    # Seconds after a switch before a running process's steps show the new value settled (a
+    # GPU clock ramp after a power-limit change); the live trial drops them.
+    settle_s = 0.0
+
+    def seen_running(self, s):
+        """Whether a process already running sees this setting's change on its next steps.
+        A setting's own ``seen_running`` (from the layer's policy) comes before this."""
+        return self.running and not self.reboot
 
     def write_rank(self, s):
         """Settings of lower rank are written first, live and at boot (0: a value whose write

@@ -37,6 +37,8 @@ def device_irqs(ctx, address):
 
 class IrqAffinityKind(TmpfilesUnit, Kind):
     name = "irq_affinity"
+    # the next interrupt of the vector lands on the new CPUs
+    running = True
 
     def expand(self, spec, ctx):
         value = spec.get("value")

@@ -108,6 +108,8 @@ def has_capability(status_text, bit):
 
 class MountKind(Kind):
     name = "mount"
+    # a remounted tmpfs size (/dev/shm) holds for the next allocation of a running process
+    running = True
 
     def expand(self, spec, ctx):
         mountpoint = str(require(spec, "key", self.name))

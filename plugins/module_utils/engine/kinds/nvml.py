@@ -78,6 +78,14 @@ def _call(session, what, *args):
 
 class NvmlKind(Kind):
     name = "nvml"
+    # power limit and application clocks hold for the kernels a running process launches next
+    # (a 700 -> 450 W switch read as 1.19x in every 3-second window of one process on an H200,
+    # docs/gate.md); the compute mode only for CUDA contexts created after it
+    running = True
+    settle_s = 1.0
+
+    def seen_running(self, s):
+        return s.get("field") != "compute_mode"
 
     def other_writers(self, settings, ctx):
         ids = [s["id"] for s in settings if s.get("field") == "persistence_mode"]

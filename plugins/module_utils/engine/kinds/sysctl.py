@@ -111,6 +111,9 @@ def check_range(key, value, ctx):
 
 class SysctlKind(Kind):
     name = "sysctl"
+    # the kernel reads a sysctl where it is used (reclaim, NUMA balancing, the scheduler): the
+    # next page fault or wake-up of a running process sees it
+    running = True
 
     def expand(self, spec, ctx):
         key = str(require(spec, "key", self.name)).replace("/", ".")

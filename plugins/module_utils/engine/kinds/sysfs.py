@@ -150,6 +150,8 @@ class TmpfilesUnit:
 
 class SysfsKind(TmpfilesUnit, Kind):
     name = "sysfs"
+    # cpufreq governor and EPP, THP, a queue's scheduler: the kernel acts on them at once
+    running = True
 
     def expand(self, spec, ctx):
         path = str(require(spec, "key", self.name))
