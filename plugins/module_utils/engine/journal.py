@@ -268,9 +268,6 @@ class Journal(object):
         self.host_dir = host_dir(root)
         self._lock_fd = None
 
-    def ensure(self):
-        self._ensure()
-
     def _ensure(self):
         for path in (self.directory, os.path.join(self.directory, "layers")):
             ensure_private_dir(path)
