@@ -31,7 +31,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops impor
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import HOST_DIR, HostFlock
 
 # The bench module reads these names of the lock from here; everything else imports them from engine/lock.py.
-from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import (  # noqa: F401
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import (  # noqa: F401 pylint: disable=unused-import
     HostLocked,
     RunLock,
     lease_ticker,
