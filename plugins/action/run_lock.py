@@ -16,7 +16,7 @@ __metaclass__ = type
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
-from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import LOCK_BREAK_HINT
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import LOCK_BREAK_HINT
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._controller import (
     command,
     controller_identity,

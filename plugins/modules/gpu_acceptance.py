@@ -300,12 +300,8 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.acceptance import le
 from ansible_collections.stacktune.gpu.plugins.module_utils.acceptance import limits as acceptance_limits
 from ansible_collections.stacktune.gpu.plugins.module_utils.acceptance import record as acceptance_record
 from ansible_collections.stacktune.gpu.plugins.module_utils.acceptance import runner as acceptance_runner
-from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import (
-    HostLocked,
-    LockTimeout,
-    journal_options,
-    lease_ticker,
-)
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import journal_options
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import HostLocked, LockTimeout, lease_ticker
 from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.node_exporter import resolve
 
 

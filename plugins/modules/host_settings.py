@@ -297,13 +297,11 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.engine import Engine
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import (
-    LeaseLost,
-    LockTimeout,
-    RunLock,
     check_layer_name,
     journal_options,
     open_journal,
 )
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import LeaseLost, LockTimeout, RunLock
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import (
     Context,
     SpecError,

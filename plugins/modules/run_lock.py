@@ -149,13 +149,12 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.engine import Engine
-from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import journal_options, open_journal
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import (
     HostLocked,
     LeaseLost,
     LockTimeout,
     RunLock,
-    journal_options,
-    open_journal,
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context, SpecError, command_runner
 

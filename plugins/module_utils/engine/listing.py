@@ -13,11 +13,10 @@ __metaclass__ = type
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.engine import Engine
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import (
     ACCEPTANCE_FILE,
-    HostLocked,
-    RunLock,
     open_journal,
     unowned_files,
 )
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import HostLocked, RunLock
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context
 
 

@@ -31,7 +31,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import re
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.constants import version_prefix
 
 # Toolkit release -> minimum Linux x86_64 driver ("Toolkit Driver Version").
 CUDA_TOOLKIT_MIN_DRIVER = {
@@ -120,23 +120,21 @@ DEFAULT_DRIVER_DENYLIST = (
     },
 )
 
-_VERSION_RE = re.compile(r"^\s*v?(\d+(?:\.\d+)*)")
-
 
 def parse_version(text):
     """Parse "580.159.04", "13.0", "2.28.3", "v12.2" into a tuple of ints.
 
-    Leading digits-and-dots are used; a suffix such as "+cu130" or "-1ubuntu1" is ignored.
-    Raises ValueError for text without a leading number.
+    Leading digits-and-dots are used (``constants.version_prefix``); a suffix such as "+cu130"
+    or "-1ubuntu1" is ignored. Raises ValueError for text without a leading number.
     """
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         text = str(text)
     if not isinstance(text, str):
         raise ValueError("not a version: %r" % (text,))
-    m = _VERSION_RE.match(text)
-    if not m:
+    parsed = version_prefix(text)
+    if parsed is None:
         raise ValueError("not a version: %r" % (text,))
-    return tuple(int(p) for p in m.group(1).split("."))
+    return parsed
 
 
 def try_parse_version(text):

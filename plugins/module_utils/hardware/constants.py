@@ -46,18 +46,21 @@ CLOCKS_EVENT_REASONS = (
 SLOWDOWN_REASONS = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
 
 
+# The leading numbers of a version: "580.159.04", "v12.2", "6.8.0-45-generic".
+VERSION_PREFIX = re.compile(r"^\s*v?(\d+(?:\.\d+)*)")
+
+
 def version_order(version):
-    """A key that orders library versions ("12.4.127" > "12.4.99"); a part that is not a
-    number sorts below every number."""
-    parts = []
-    for piece in re.split(r"[.+-]", version or ""):
-        parts.append(int(piece) if piece.isdigit() else -1)
-    return tuple(parts)
+    """A key that orders versions by the numbers in them, in order: library versions
+    ("12.4.127" > "12.4.99", "2.28.3" > "2.28"), BIOS versions ("F13" > "F12", "2.17a.3" ->
+    (2, 17, 3)); text without a number, or None, is the empty key, below every version."""
+    return tuple(int(n) for n in re.findall(r"[0-9]+", "" if version is None else str(version)))
 
 
-def version_prefix(text, parts=3):
-    """Leading numeric parts of a version ("6.8.0-45-generic" -> (6, 8, 0)), None without one."""
-    match = re.match(r"^\s*(\d+(?:\.\d+)*)", text or "")
+def version_prefix(text, parts=None):
+    """The leading numbers of a version, at most ``parts`` of them ("6.8.0-45-generic" -> (6, 8, 0),
+    "v12.2" -> (12, 2)); None without one (hardware/compat.py's parse_version is its strict form)."""
+    match = VERSION_PREFIX.match(text or "")
     if not match:
         return None
     return tuple(int(p) for p in match.group(1).split(".")[:parts])

@@ -20,7 +20,6 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.constants i
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import (
     CPU_WORKLOADS,
     DATA_DIR_WORKLOADS,
-    DEFAULT_SIZE,
     GPU_WORKLOADS,
 )
 
@@ -99,13 +98,6 @@ def check_data_dir(data_dir, workload):
             "data_dir (stacktune_bench_data_dir) must be an absolute path without '..', got %r" % (data_dir,)
         )
     return data_dir
-
-
-def resolved_size(workload, size):
-    """The size a workload runs with: the given one, else the workload's default."""
-    if size is not None:
-        return size
-    return DEFAULT_SIZE.get(workload)
 
 
 def _step_value(value, lineno):

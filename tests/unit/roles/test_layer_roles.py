@@ -16,7 +16,12 @@ ROLES = os.path.join(REPO, "roles")
 BUILTIN = os.path.join(ROLES, "layer", "builtin")
 ENTRY_POINTS = ("main", "plan", "verify")
 POLICY = ("settings.yml", "validate.yml")
-ENGINE_LAYERS = ("memory", "kernel", "cpu", "io", "numa_irq", "gpu_settings", "nccl")
+# The layers that audit and pin with their own tasks; every other layer of the collection's one
+# list (roles/stacktune/vars/main.yml) goes through the settings engine.
+OWN_TASK_LAYERS = ("bios", "driver")
+with open(os.path.join(ROLES, "stacktune", "vars", "main.yml")) as _handle:
+    BUILTIN_LAYERS = yaml.safe_load(_handle)["__stacktune_builtin_layers"]
+ENGINE_LAYERS = tuple(layer for layer in BUILTIN_LAYERS if layer not in OWN_TASK_LAYERS)
 
 
 def _linked_layers():
@@ -24,6 +29,7 @@ def _linked_layers():
 
 
 def test_every_engine_layer_is_linked_and_only_they_are():
+    assert set(OWN_TASK_LAYERS) <= set(BUILTIN_LAYERS)
     assert _linked_layers() == sorted(ENGINE_LAYERS)
 
 

@@ -191,10 +191,7 @@ def test_the_data_dir_is_checked_and_needed_by_the_file_workload():
             _bench.validate_options(base_params(**over))
 
 
-def test_resolved_size_defaults():
-    assert _bench.resolved_size("gemm", None) == 8192
-    assert _bench.resolved_size("h2d_pinned", None) == 256
-    assert _bench.resolved_size("gemm", 4096) == 4096
+def test_every_workload_has_a_default_size_and_its_meaning():
     assert set(workloads_base.DEFAULT_SIZE) == set(workloads_base.GPU_WORKLOADS + workloads_base.CPU_WORKLOADS)
     assert set(workloads_base.SIZE_MEANING) == set(workloads_base.DEFAULT_SIZE)
 

@@ -10,14 +10,23 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import cons
 
 @pytest.mark.parametrize(
     "newer, older",
-    [("12.4.127", "12.4.99"), ("9.1.0", "9.0.12"), ("2.28.3", "2.28"), ("12.4.1", "12.4.x")],
+    [
+        ("12.4.127", "12.4.99"),
+        ("9.1.0", "9.0.12"),
+        ("2.28.3", "2.28"),
+        ("12.4.1", "12.4.x"),
+        ("F13", "F12"),
+        ("2.17a.3", "2.17a"),
+        ("1.10", "1.9"),
+    ],
 )
-def test_version_order_orders_library_versions(newer, older):
+def test_version_order_orders_library_and_bios_versions(newer, older):
     assert constants.version_order(newer) > constants.version_order(older)
 
 
-def test_version_order_of_nothing_is_the_empty_part():
-    assert constants.version_order(None) == (-1,)
+def test_version_order_reads_the_numbers_in_order():
+    assert constants.version_order("2.17a.3") == (2, 17, 3)
+    assert constants.version_order(None) == constants.version_order("unknown") == ()
 
 
 @pytest.mark.parametrize(
@@ -27,6 +36,8 @@ def test_version_order_of_nothing_is_the_empty_part():
         ("6.8.0-45-generic", 2, (6, 8)),
         ("550.54.15", 1, (550,)),
         (" 5.15", 3, (5, 15)),
+        ("v12.2", None, (12, 2)),
+        ("580.159.04", None, (580, 159, 4)),
         ("generic", 3, None),
         (None, 3, None),
     ],

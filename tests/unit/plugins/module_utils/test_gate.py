@@ -177,8 +177,12 @@ def test_result_depends_on_values_not_their_order():
 
 
 def test_explicit_seed_is_honoured():
+    """One seed gives one bootstrap; another seed draws other resamples (the seed is not ignored)."""
     before, after = lognormal(121, 500), lognormal(122, 500)
-    assert judge(before, after, seed=5) == judge(before, after, seed=5)
+    five, six = judge(before, after, seed=5), judge(before, after, seed=6)
+    assert judge(before, after, seed=5) == five
+    assert five["p50"]["ratio_ci"] != six["p50"]["ratio_ci"]
+    assert five["tail"]["ratio_ci"] != six["tail"]["ratio_ci"]
 
 
 def test_result_is_strict_json():

@@ -1,18 +1,14 @@
 """NCCL transport check (module_utils/hardware/nccl_transport.py): parsing NCCL's INFO log and the verdict.
 
-The CONSTRUCTED logs below follow the line formats of NCCL 2.2x; the logs recorded on the
-real H200 hosts are replayed by test_recorded_logs (tests/unit/fixtures/nccl/).
+The logs below are CONSTRUCTED: they follow the line formats of NCCL 2.2x. No log of a host
+with two or more GPUs is recorded yet; tests/gpu/record_nccl.py records one per injected fault
+and checks its verdict as it records, and a replay of those recordings belongs here once they
+are committed.
 """
-
-import glob
-import json
-import os
 
 import pytest
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.nccl_transport import parse, verdict
-
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "nccl")
 
 P2P_LOG = """host:1:1 [0] NCCL INFO NCCL version 2.28.3+cuda13.0
 host:1:1 [0] NCCL INFO NET/IB : No device found.
@@ -72,16 +68,3 @@ def test_failed_or_hung_ranks_are_critical(rc, timed_out, expect):
 def test_one_gpu_skips():
     judged = verdict(parse("STACKTUNE_SKIP needs 2 GPUs, this host has 1\n"))
     assert judged == {"verdict": "skipped", "findings": [], "summary": "needs 2 GPUs, this host has 1"}
-
-
-@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(FIXTURES, "*.json"))))
-def test_recorded_logs(path):
-    """Logs recorded on the real hosts (tests/gpu/gpu-host-run.sh, step nccl) give the recorded verdicts."""
-    with open(path) as handle:
-        recorded = json.load(handle)
-    judged = verdict(parse(recorded["output"]), recorded["rc"], recorded.get("timed_out", False))
-    assert judged["verdict"] == recorded["expect"]["verdict"]
-    assert (
-        sorted({t for p in parse(recorded["output"])["pairs"] for t in p["transport"]})
-        == recorded["expect"]["transports"]
-    )

@@ -949,17 +949,20 @@ def test_nvlink_cells_are_held_against_the_nvml_matrix():
     ]
 
 
-def recordings_with_topo():
-    paths = sorted(glob.glob(os.path.join(FIXTURES, "topology", "*.json")))
-    return [
-        p
-        for p in paths
+# The recordings that carry `nvidia-smi topo -m` (the one-H200 host, recorded as root).
+RECORDINGS_WITH_TOPO = ("h200_format2.json",)
+
+
+def test_the_recordings_with_topo_are_all_listed():
+    carrying = [
+        os.path.basename(p)
+        for p in sorted(glob.glob(os.path.join(FIXTURES, "topology", "*.json")))
         if ((load("topology", os.path.basename(p)).get("commands") or {}).get("nvidia_smi_topo") or {}).get("stdout")
     ]
+    assert carrying == list(RECORDINGS_WITH_TOPO)
 
 
-@pytest.mark.skipif(not recordings_with_topo(), reason="no recording carries nvidia-smi topo -m yet")
-@pytest.mark.parametrize("path", recordings_with_topo() or [None])
+@pytest.mark.parametrize("path", RECORDINGS_WITH_TOPO)
 def test_recorded_hosts_agree_with_nvidia_smi(path):
     raw = load("topology", os.path.basename(path))
     matrix = pcie_pcie_render.parse_nvidia_smi_topo(raw["commands"]["nvidia_smi_topo"]["stdout"])

@@ -8,14 +8,14 @@ import time
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import open_journal
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import (
     HostLocked,
     LeaseLost,
     LockTimeout,
     RunLock,
-    UntrustedJournal,
-    open_journal,
 )
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.trust import UntrustedJournal
 
 COLLECTIONS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "collections")
 

@@ -8,8 +8,7 @@ Fixtures (tests/unit/fixtures/topology/):
 - no_gpu_debian.json: recorded on a GPU-less Debian 12 VM with tests/gpu/capture_topology.py.
 - degraded_8gpu_constructed.json: CONSTRUCTED by hand (see its "_constructed" note): an
   8-GPU node with a Gen3 x8 link, a driver mismatch and a GPU without a NUMA node.
-- h200.json: recorded on the project's H200 host with include_raw=true; the tests that
-  need it are skipped until it is committed.
+- h200.json: recorded on the project's H200 host with include_raw=true.
 - h200x2.json: recorded with tests/gpu/capture_topology.py on a host with two H200s joined
   by NVLink through NVSwitch (`nvidia-smi topo -m` there: GPU0-GPU1 NV18).
 """
@@ -43,14 +42,6 @@ def degraded_raw():
 @pytest.fixture
 def no_gpu_raw():
     return load("no_gpu_debian.json")
-
-
-H200_PATH = os.path.join(FIXTURES, "h200.json")
-needs_h200 = pytest.mark.skipif(
-    not os.path.exists(H200_PATH),
-    reason="tests/unit/fixtures/topology/h200.json is not recorded yet "
-    "(record it on the H200 with tests/gpu/capture_topology.py or include_raw=true)",
-)
 
 
 # --------------------------------------------------------------------------- schema
@@ -862,7 +853,6 @@ def test_filter_findings_rejects_unknown_severity():
 # --------------------------------------------------------------------------- the H200 recording
 
 
-@needs_h200
 def test_h200_recording():
     facts = topo.assemble(load("h200.json"))
     assert_schema(facts)

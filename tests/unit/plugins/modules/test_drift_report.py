@@ -18,7 +18,8 @@ import pytest
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.engine import Engine
-from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import RunLock, open_journal
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import open_journal
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import RunLock
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context
 from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.metrics import parse
 from ansible_collections.stacktune.gpu.plugins.modules import drift_report, journal_info

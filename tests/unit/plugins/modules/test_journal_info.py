@@ -149,7 +149,7 @@ def test_a_missing_directory_is_no_error(tmp_path):
 
 def test_a_read_only_run_checks_the_lock_in_the_same_call(fakeroot, capsys):
     """Verify and a drift report check the run lock in the listing's module run: one module run per host."""
-    from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import RunLock
+    from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import RunLock
 
     engine(fakeroot, "nccl").apply(NCCL, "run1")
     free = run_module(capsys, fakeroot, verify=True, check_lock_for="drift-1")
