@@ -91,8 +91,7 @@ def report_dir(environ=None, cwd=None):
 
 class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
-        self.set_options(var_options=variables, direct=kwargs)
-        base = self.get_option("base") or report_dir()
+        base = kwargs.get("base") or report_dir()
         parts = [to_text(t) for t in terms or []]
         try:
             return [inside(base, *parts)]

@@ -63,6 +63,8 @@ RULES = {
     "stacktune_lock_wait": {"min": 0},
     # a lease must outlast the time between two renewals (engine calls, block ticks)
     "stacktune_lock_ttl": {"min": 60},
+    # the root the layer role's engine works under
+    "layer_root": {"absolute": True},
     # files the engine owns whole or a line of
     "nccl_conf_path": {"absolute": True},
     "numa_irq_irqbalance_config": {"absolute": True, "empty_ok": True},
