@@ -27,7 +27,7 @@ options:
     description:
       - Sub-directories under the reports directory, joined in order (C(facts), C(fleet), a run id).
       - Each one is a single path component (no C(/), not C(.) or C(..), no control character), and the
-        result must not resolve (through links that already exist) outside the reports directory:
+        result must not resolve (through links that already exist) outside the reports directory;
         anything else fails, naming the term.
     required: false
     type: list
