@@ -18,8 +18,11 @@ from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 from ansible_collections.stacktune.gpu.plugins.module_utils.policy.varspec import (
     MISSING,
+    RULES,
+    RUN_NAMES,
     UNDECLARED,
     check,
+    check_run_names,
     misspelled,
     renamed,
 )
@@ -71,6 +74,8 @@ class ActionModule(ActionBase):
                 continue
             values[name] = value
         errors.extend(check(options, values))
+        # the run id and the host's name name the run's files, whichever role this is
+        errors.extend(check_run_names(self._run_names(task_vars, errors)))
         errors.extend(renamed(task_vars))
         if self._task.args.get("typos") and not self._templar.template(
             task_vars.get("stacktune_allow_unknown_vars", False)
@@ -85,6 +90,18 @@ class ActionModule(ActionBase):
         else:
             result["msg"] = "%d variables match the argument spec" % len(options)
         return result
+
+    def _run_names(self, task_vars, errors):
+        """The :data:`RUN_NAMES` as the run has them, with the directories their rules name."""
+        out = {}
+        for name in RUN_NAMES + tuple(RULES[n]["under"] for n in RUN_NAMES if RULES[n].get("under")):
+            value = self._value(name, task_vars)
+            if isinstance(value, _Unresolved):
+                if name in RUN_NAMES:
+                    errors.append("%s cannot be resolved: %s" % (name, value.message))
+                continue
+            out[name] = value
+        return out
 
     def _known(self):
         """Every variable any role of the collection declares, in any entry point."""

@@ -18,7 +18,7 @@ import re
 from ansible.errors import AnsibleFilterError
 
 # A bare role name: one of this collection's roles.
-BARE = re.compile(r"^[a-z][a-z0-9_]*$")
+BARE = re.compile(r"^[a-z][a-z0-9_]*\Z")
 COLLECTION = "stacktune.gpu"
 
 

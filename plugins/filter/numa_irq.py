@@ -103,7 +103,8 @@ def numa_irq_settings(devices, irqbalance="ban", irqbalance_file=None, irqs=None
                 "path": irqbalance_file,
                 "key": "IRQBALANCE_ARGS",
                 "value": " ".join(args),
-                "var": "numa_irq_irqbalance",
+                # the engine's refusal of a value names the variable it came from
+                "var": "numa_irq_irqbalance_args" if str(irqbalance_args or "").strip() else "numa_irq_irqbalance",
             }
         )
     return out

@@ -24,10 +24,18 @@ description:
     C(acceptance_report_dir).
 options:
   _terms:
-    description: Sub-directories under the reports directory, joined in order (C(facts), C(fleet)).
+    description:
+      - Sub-directories under the reports directory, joined in order (C(facts), C(fleet), a run id).
+      - Each one is a single path component (no C(/), not C(.) or C(..), no control character), and the
+        result must not resolve (through links that already exist) outside the reports directory;
+        anything else fails, naming the term.
     required: false
     type: list
     elements: str
+  base:
+    description: The reports directory to join the terms under, instead of the one found (C(stacktune_report_dir)).
+    required: false
+    type: str
 """
 
 EXAMPLES = r"""
@@ -38,6 +46,10 @@ EXAMPLES = r"""
 - name: The facts reports
   ansible.builtin.debug:
     msg: "{{ lookup('stacktune.gpu.report_dir', 'facts') }}"
+
+- name: This run's reports under the chosen reports directory
+  ansible.builtin.debug:
+    msg: "{{ lookup('stacktune.gpu.report_dir', stacktune_run_id, base=stacktune_report_dir) }}"
 """
 
 RETURN = r"""
@@ -52,6 +64,7 @@ import os
 from ansible.errors import AnsibleLookupError
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.lookup import LookupBase
+from ansible_collections.stacktune.gpu.plugins.module_utils.policy.values import inside
 
 
 def writable_dir(path):
@@ -78,8 +91,9 @@ def report_dir(environ=None, cwd=None):
 
 class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
+        base = kwargs.get("base") or report_dir()
         parts = [to_text(t) for t in terms or []]
-        for part in parts:
-            if not part or part.startswith("/") or ".." in part.split("/"):
-                raise AnsibleLookupError("report_dir: %r is no sub-directory name" % part)
-        return [os.path.join(report_dir(), *parts)]
+        try:
+            return [inside(base, *parts)]
+        except ValueError as exc:
+            raise AnsibleLookupError("report_dir: no sub-directory of %s: %s" % (base, exc)) from None

@@ -25,6 +25,15 @@ description:
     variables are reported at once.
   - Every role of the collection calls it first, so a role included directly validates its
     variables like C(tune.yml) does.
+  - "Every text of a variable that lands in a line of a file a shell sources or a program reads line by
+    line (C(numa_irq_irqbalance_args), C(kernel_sysctl), C(nccl_env) ...) must be plain text on that one
+    line: no line break (none of the characters Python's C(str.splitlines) splits on, such as U+2028),
+    no control character, no C($) (command substitution, expansion), backtick, quote or backslash.
+    The settings engine refuses the same values, so a role cannot write past this check."
+  - "A value that names a file or directory (C(layer_name), C(stacktune_run_id), the host's inventory
+    name, which names its report files) must be one path component: no C(/), not C(.) or C(..), no
+    control character; C(stacktune_run_id) must also stay inside C(stacktune_report_dir). Both are checked
+    in every role, whenever they are defined."
   - A variable the collection no longer reads (C(metrics_textfile_path), C(acceptance_metrics_path)) is refused
     wherever it is set, naming the variable that replaced it, so a run never ignores it silently.
 options:

@@ -311,6 +311,48 @@ def direct_role_cases():
 
 BAD_INPUTS += direct_role_cases()
 
+# Every variable whose text lands in a line of a file (a file a shell sources, or one a program
+# reads line by line) gets the values that would escape that line: a command substitution, and
+# U+2028, a line break to Python's str.splitlines but to no [\n\r] check. Generated from the
+# argument specs and the rules of plugins/module_utils/policy/varspec.py; layer roles that
+# tune.yml does not run by default are named in the case's stacktune_layers.
+ESCAPES = {"subst": "$(touch /tmp/stacktune-escaped) --x", "u2028": "1\u2028kernel.panic = 1"}
+TUNE_ROLES = ("stacktune", "preflight", "metrics")
+
+
+def escape_cases():
+    import yaml
+
+    sys.path.insert(0, os.path.join(REPO, "collections"))
+    from ansible_collections.stacktune.gpu.plugins.module_utils.policy.varspec import rule_for
+
+    cases = []
+    for role in sorted(os.listdir(os.path.join(REPO, "roles"))):
+        path = os.path.join(REPO, "roles", role, "meta", "argument_specs.yml")
+        if not os.path.isfile(path) or not (
+            role in TUNE_ROLES or os.path.exists(os.path.join(REPO, "roles", role, "tasks", "plan.yml"))
+        ):
+            continue
+        with open(path) as handle:
+            options = yaml.safe_load(handle)["argument_specs"]["main"]["options"]
+        for name, spec in sorted(options.items()):
+            if not rule_for(name).get("line"):
+                continue
+            for label, bad in sorted(ESCAPES.items()):
+                kind = (spec or {}).get("type", "str")
+                value = {"x": bad} if kind == "dict" else [bad] if kind == "list" else bad
+                extra = {name: value}
+                if role not in TUNE_ROLES and role not in LAYERS and name != "stacktune_layers":
+                    extra["stacktune_layers"] = [role]
+                cases.append((TUNE, "line-%s-%s" % (name.replace("_", "-"), label), extra, name))
+    return cases
+
+
+BAD_INPUTS += escape_cases()
+# A run id that would put the reports outside stacktune_report_dir (given with -e, as a run id
+# is): refused before the host is touched, and nothing is written outside the reports directory.
+ESCAPED_RUN_ID = "../../../escaped-runid"
+
 HASH_SCRIPT = r"""
 set -eu
 {
@@ -643,12 +685,43 @@ class Driver(object):
             check(self.state_hash(REF) == before, "bad input to %s changed the host" % playbook)
             left = self.untouched(REF)
             check(not left, "bad input to %s created %s" % (playbook, left))
-        print(
-            "bad input: %d cases (%d variables, %d playbooks) rejected before any host change, each naming its variable"
-            % (len(BAD_INPUTS), len(covered_vars), len(by_playbook))
+        self.escaped_run_id(before)
+        covered_vars.add("stacktune_run_id")
+        escapes = [case for case in BAD_INPUTS if case[1].startswith("line-")]
+        check(
+            not self.sh(REF, "test -e /tmp/stacktune-escaped && echo ran; true").strip(),
+            "a command substitution in a variable ran on the host",
         )
-        self.counts["bad_inputs"] = len(BAD_INPUTS)
+        print(
+            "bad input: %d cases (%d variables, %d playbooks) rejected before any host change, each naming its"
+            " variable;"
+            " %d of them a command substitution or U+2028 in each of %d variables written into a line of a file, and a"
+            " run id naming a directory outside the reports"
+            % (len(BAD_INPUTS) + 1, len(covered_vars), len(by_playbook) + 1, len(escapes), len({c[3] for c in escapes}))
+        )
+        self.counts["bad_inputs"] = len(BAD_INPUTS) + 1
         self.counts["bad_input_variables"] = len(covered_vars)
+
+    def escaped_run_id(self, before):
+        """stacktune_run_id as -e gives it, naming a directory outside stacktune_report_dir."""
+        run = self.timed(
+            "bad-run-id",
+            self.playbook(
+                "bad-run-id", TUNE, self.inventory("bad-run-id", [REF]), extra={"stacktune_run_id": ESCAPED_RUN_ID}
+            ),
+        )
+        reports = os.path.join(self.work, "reports-bad-run-id")
+        outside = os.path.normpath(os.path.join(reports, ESCAPED_RUN_ID))
+        check(run["rc"] != 0, "a run id outside the reports directory was accepted")
+        check(
+            "stacktune_run_id must be a name without path separators" in run["out"],
+            "the refused run id is not named: %s" % run["out"][-2000:],
+        )
+        check(not os.path.exists(outside), "a run id wrote %s, outside the reports directory" % outside)
+        check(not os.path.exists(reports) or not os.listdir(reports), "a refused run wrote reports: %s" % reports)
+        check(self.state_hash(REF) == before, "a refused run id changed the host")
+        left = self.untouched(REF)
+        check(not left, "a refused run id created %s" % left)
 
     def check_and_tune(self, pre):
         """Check mode on the reference host, then one tuning run on every host at once."""

@@ -37,7 +37,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base im
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.file import check_path
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.units import DROPINS, KINDS, UnitFiles, unit_key
 
-_INTEGER = re.compile(r"^-?[0-9]+$")
+_INTEGER = re.compile(r"^-?[0-9]+\Z")
 ACTIVE_STATES = ("applying", "applied", "suspended", "kept")
 # States a run leaves only while it works: found by another run (or by an apply), the
 # layer is put back to its snapshot first (``recover``).

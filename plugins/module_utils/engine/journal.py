@@ -44,7 +44,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine.trust import 
     trusted_dir,
 )
 
-_LAYER = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_LAYER = re.compile(r"^[a-z][a-z0-9_]{0,63}\Z")
 # The first words of the header every file stacktune writes carries (_kind_base.HEADER, and the
 # files the layer roles render).
 HEADER_LINE = re.compile(r"^# Managed by stacktune \(layer ")

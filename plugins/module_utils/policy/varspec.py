@@ -19,6 +19,13 @@ import re
 
 from collections.abc import Mapping
 
+from ansible_collections.stacktune.gpu.plugins.module_utils.policy.values import (
+    component_error,
+    control_problem,
+    inside,
+    line_error,
+)
+
 MISSING = object()
 BOOL_WORDS = ("yes", "no", "true", "false", "on", "off", "y", "n", "1", "0")
 _INT = re.compile(r"^[-+]?\d+$")
@@ -56,7 +63,48 @@ RULES = {
     "stacktune_lock_wait": {"min": 0},
     # a lease must outlast the time between two renewals (engine calls, block ticks)
     "stacktune_lock_ttl": {"min": 60},
+    # the root the layer role's engine works under
+    "layer_root": {"absolute": True},
+    # files the engine owns whole or a line of
+    "nccl_conf_path": {"absolute": True},
+    "numa_irq_irqbalance_config": {"absolute": True, "empty_ok": True},
+    # Values written into a line of a file that a shell sources or a program reads line by line:
+    # every text in them (a string, a list's items, a mapping's keys and values) must stay one
+    # plain value on that line (policy/values.py, the rule the engine's kinds apply too)
+    "numa_irq_irqbalance_args": {"line": "/etc/default/irqbalance, which sh sources"},
+    "numa_irq_cpus_override": {"line": "the layer's tmpfiles.d drop-in"},
+    "nccl_socket_ifname": {"line": "nccl.conf"},
+    "nccl_ib_hca": {"line": "nccl.conf"},
+    "nccl_topo_file": {"line": "nccl.conf"},
+    "nccl_env": {"line": "nccl.conf"},
+    "kernel_sysctl": {"line": "the layer's sysctl.d drop-in"},
+    "kernel_cmdline_args": {"line": "the GRUB drop-in, sourced by grub-mkconfig"},
+    "kernel_aspm_policy": {"line": "the layer's tmpfiles.d drop-in"},
+    "memory_shm_size": {"line": "/etc/fstab"},
+    "memory_memlock": {"line": "the layer's limits.d file"},
+    "memory_thp_enabled": {"line": "the layer's tmpfiles.d drop-in"},
+    "memory_thp_defrag": {"line": "the layer's tmpfiles.d drop-in"},
+    "cpu_governor": {"line": "the layer's tmpfiles.d drop-in"},
+    "cpu_epp": {"line": "the layer's tmpfiles.d drop-in"},
+    "cpu_energy_perf_bias": {"line": "the layer's tmpfiles.d drop-in"},
+    "cpu_platform_profile": {"line": "the layer's tmpfiles.d drop-in"},
+    "io_scheduler": {"line": "the layer's tmpfiles.d drop-in"},
+    "driver_nvidia_version": {"line": "the package manager's hold list"},
+    "driver_expected_cuda": {"line": "the package manager's hold list"},
+    "driver_package_patterns": {"line": "the package manager's hold list"},
+    # layer names and references: journal records and drop-ins are named after them
+    "stacktune_layers": {"line": "the journal's and the drop-ins' names"},
+    "stacktune_rollback_layers": {"line": "the journal's names"},
+    # Values that become one component of a path
+    "layer_name": {"component": "the journal (layers/<name>.json) and the drop-ins' names"},
+    "layer_run_id": {"component": "the journal's records"},
+    "stacktune_run_id": {"component": "the reports", "under": "stacktune_report_dir"},
+    "inventory_hostname": {"component": "the reports (<host>.json, .md, .png)"},
 }
+
+# Names every check_vars call checks by their rule when they are defined, whatever the role:
+# the run id and the host's name, which name the run's report files.
+RUN_NAMES = ("stacktune_run_id", "inventory_hostname")
 
 
 def rule_for(name):
@@ -69,7 +117,41 @@ def rule_for(name):
     return {}
 
 
-def _check_rule(name, rule, value, errors):
+def texts(name, value):
+    """``[(label, text)]`` of every text in a value: itself, a list's items (``name[0]``), a
+    mapping's keys (``name key 'k'``) and values (``name.k``); booleans and null hold none."""
+    if value is None or isinstance(value, bool):
+        return []
+    if isinstance(value, Mapping):
+        out = []
+        for key, item in value.items():
+            out.extend(texts("%s key" % name, key))
+            out.extend(texts("%s.%s" % (name, key), item))
+        return out
+    if isinstance(value, (list, tuple)):
+        out = []
+        for index, item in enumerate(value):
+            out.extend(texts("%s[%d]" % (name, index), item))
+        return out
+    return [(name, str(value))]
+
+
+def _check_rule(name, rule, value, errors, values=None):
+    if rule.get("line"):
+        found = [line_error(label, text, rule["line"]) for label, text in texts(name, value)]
+        errors.extend(message for message in found if message)
+        return
+    if rule.get("component"):
+        message = component_error(name, value, rule["component"])
+        base = (values or {}).get(rule.get("under"))
+        if message is None and isinstance(base, str) and base:
+            try:
+                inside(base, str(value))
+            except ValueError as exc:
+                message = "%s must name a directory inside %s (%s); %s" % (name, rule["under"], base, exc)
+        if message:
+            errors.append(message)
+        return
     given = "got %s" % _shown(value)
     if rule.get("follows") and rule["follows"] != name:
         given += " (by default it is %s)" % rule["follows"]
@@ -80,6 +162,10 @@ def _check_rule(name, rule, value, errors):
         if text in rule.get("words_ok", ()):
             return
         parts = text.split("/")
+        problem = control_problem(text)
+        if problem:
+            errors.append("%s must be a path on one line, %s %s" % (name, _shown(value), problem))
+            return
         if not text.startswith("/") or ".." in parts:
             words = "".join(" or %s" % word for word in rule.get("words_ok", ()))
             errors.append("%s must be an absolute path without '..'%s, %s" % (name, words, given))
@@ -229,7 +315,20 @@ def check(options, values):
         before = len(errors)
         _check_one(name, spec, value, errors)
         if len(errors) == before and value is not None and rule_for(name):
-            _check_rule(name, rule_for(name), value, errors)
+            _check_rule(name, rule_for(name), value, errors, values)
+    return errors
+
+
+def check_run_names(values):
+    """Messages for the :data:`RUN_NAMES` in ``values`` that their rule refuses (empty when fine).
+
+    ``values`` may hold the directories a rule's ``under`` names (``stacktune_report_dir``).
+    """
+    errors = []
+    for name in RUN_NAMES:
+        value = values.get(name, MISSING)
+        if value is not MISSING and value is not None:
+            _check_rule(name, RULES[name], value, errors, values)
     return errors
 
 

@@ -29,6 +29,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops impor
     writable,
     write_live,
 )
+from ansible_collections.stacktune.gpu.plugins.module_utils.policy.values import control_problem, line_error, shown
 
 HEADER = "# Managed by stacktune (layer %s). Changes here are reported as drift and restored.\n"
 
@@ -217,6 +218,24 @@ def plain_value(spec, what, required=True):
     if required and text == "":
         raise SpecError("%s needs a value, got %r" % (what, value))
     return text
+
+
+def plain_line(what, value, where=None):
+    """``value`` as it is, refused (SpecError) when it would not stay one plain value on its line
+    of ``where`` (the collection's one rule for such values: ``policy/values.py``)."""
+    message = line_error(what, value, where)
+    if message is not None:
+        raise SpecError(message)
+    return value
+
+
+def plain_name(what, value):
+    """``value`` as it is, refused (SpecError) when it holds a line break or a control character
+    (a key, a path: what a kind writes as one field of a line)."""
+    problem = control_problem(str(value))
+    if problem is not None:
+        raise SpecError("%s %s %s" % (what, shown(value), problem))
+    return value
 
 
 def require(spec, field, kind):

@@ -28,14 +28,15 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base im
     Kind,
     SpecError,
     Unsupported,
+    plain_line,
     plain_value,
     setting,
 )
 
 GRUB_DROPIN = "/etc/default/grub.d/60-stacktune-%s.cfg"
 
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
-_VALUE = re.compile(r"^[A-Za-z0-9_.,:=+/\-]*$")
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z")
+_VALUE = re.compile(r"^[A-Za-z0-9_.,:=+/\-]*\Z")
 VAR = "GRUB_CMDLINE_LINUX_DEFAULT"
 BOOTLOADER_UPDATERS = (
     ["update-grub"],
@@ -122,9 +123,15 @@ class KernelArgKind(Kind):
 
     def expand(self, spec, ctx):
         name = str(spec.get("key") or "")
+        # both go into the line GRUB_CMDLINE_LINUX_DEFAULT="..." of a drop-in grub-mkconfig sources
+        plain_line("kernel_arg key", name, GRUB_DROPIN % ctx.layer)
         if not _NAME.match(name):
             raise SpecError("kernel_arg key %r is not a valid boot argument name" % name)
-        value = plain_value(spec, "kernel_arg %s" % name, required=False)
+        value = plain_line(
+            "kernel_arg %s value" % name,
+            plain_value(spec, "kernel_arg %s" % name, required=False),
+            GRUB_DROPIN % ctx.layer,
+        )
         if not _VALUE.match(value):
             raise SpecError(
                 "kernel_arg %s value %r has characters not allowed on a kernel command line" % (name, value)

@@ -20,13 +20,15 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops impor
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import (
     Kind,
     SpecError,
+    plain_line,
+    plain_name,
     plain_value,
     require,
     setting,
 )
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SAFE_PATH = re.compile(r"^/(etc|usr/local/etc|opt)/[A-Za-z0-9_.@+/\-]+$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+_SAFE_PATH = re.compile(r"^/(etc|usr/local/etc|opt)/[A-Za-z0-9_.@+/\-]+\Z")
 
 
 # Files and directories that decide who may log in, become root, run at boot or on a
@@ -101,6 +103,9 @@ class FileKind(Kind):
         if content is None:
             raise SpecError("file %s needs 'value' (the content)" % path)
         content = str(content)
+        # a whole file: its lines end in newlines, and no line holds what another reader takes
+        # for a line's end (a carriage return, U+2028 ...): each value stays on its line
+        plain_name("file %s content" % path, content.replace("\n", ""))
         if content and not content.endswith("\n"):
             content += "\n"
         mode = str(spec.get("mode", "0644"))
@@ -143,9 +148,8 @@ class EnvVarKind(Kind):
         name = str(require(spec, "key", self.name))
         if not _ENV_NAME.match(name):
             raise SpecError("env_var key %r is not a shell variable name" % name)
-        value = plain_value(spec, "env_var %s" % name, required=False)
-        if "\n" in value or '"' in value:
-            raise SpecError("env_var %s needs a one-line 'value' without double quotes" % name)
+        # the line NAME="value" of a file that shells source
+        value = plain_line("env_var %s value" % name, plain_value(spec, "env_var %s" % name, required=False), path)
         return [setting(self.name, "%s:%s" % (path, name), value, path=path, name=name)]
 
     def same(self, a, b):

@@ -53,14 +53,14 @@ class IrqAffinityKind(TmpfilesUnit, Kind):
         device = spec.get("device")
         if device:
             device = str(device).lower()
-            if not PCI_ADDRESS.match(device):
+            if not PCI_ADDRESS.match(device) or device != device.strip():
                 raise SpecError("irq_affinity device %r is not a PCI address like 0000:3b:00.0" % device)
             if not exists(ctx, "/sys/bus/pci/devices/%s" % device):
                 raise SpecError("irq_affinity device %s is not present on this host" % device)
             irqs = device_irqs(ctx, device)
         else:
             key = str(spec.get("key", ""))
-            if not key.isdigit():
+            if not (key.isdigit() and key.isascii()):
                 raise SpecError("irq_affinity needs 'device' (PCI address) or 'key' (an IRQ number), got %r" % key)
             irqs = [int(key)]
         out = []

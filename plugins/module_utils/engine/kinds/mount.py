@@ -27,13 +27,14 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base im
     Kind,
     SpecError,
     Unsupported,
+    plain_line,
     plain_value,
     require,
     setting,
 )
 
 OPTIONS = ("size", "nr_inodes", "mode")
-_SIZE = re.compile(r"^(\d+)([kKmMgGtT]?)$")
+_SIZE = re.compile(r"^([0-9]+)([kKmMgGtT]?)\Z")
 _MULT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 CAP_SYS_ADMIN = 21
 # unit directories that outrank the fstab generator and survive a reboot, then those below it
@@ -113,12 +114,20 @@ class MountKind(Kind):
 
     def expand(self, spec, ctx):
         mountpoint = str(require(spec, "key", self.name))
-        if not mountpoint.startswith("/") or " " in mountpoint or "/../" in mountpoint + "/":
-            raise SpecError("mount key %r must be an absolute mount point path" % mountpoint)
+        # the mount point and the option are fields of a line of /etc/fstab (blanks separate them)
+        if not mountpoint.startswith("/") or mountpoint.split() != [mountpoint] or "/../" in mountpoint + "/":
+            raise SpecError("mount key %r must be an absolute mount point path without blanks" % mountpoint)
+        plain_line("mount key", mountpoint, "/etc/fstab")
         option = spec.get("option", "size")
         if option not in OPTIONS:
             raise SpecError("mount option %r is not one of %s" % (option, ", ".join(OPTIONS)))
-        value = plain_value(spec, "mount %s %s" % (mountpoint, option))
+        value = plain_line(
+            "mount %s %s" % (mountpoint, option), plain_value(spec, "mount %s %s" % (mountpoint, option)), "/etc/fstab"
+        )
+        if value.split() != [value] or "," in value:
+            raise SpecError(
+                "mount %s %s %r must be one word without commas (an fstab option)" % (mountpoint, option, value)
+            )
         if option == "size":
             try:
                 if size_bytes(value) <= 0:

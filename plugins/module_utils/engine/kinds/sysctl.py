@@ -29,12 +29,13 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base im
     SpecError,
     exists,
     norm_ws,
+    plain_line,
     plain_value,
     require,
     setting,
 )
 
-_KEY = re.compile(r"^[a-z0-9_]+(\.[A-Za-z0-9_\-]+)+$")
+_KEY = re.compile(r"^[a-z0-9_]+(\.[A-Za-z0-9_\-]+)+\Z")
 SYSCTL_DROPIN = "/etc/sysctl.d/60-stacktune-%s.conf"
 SYSCTL_DIRS = ("/etc/sysctl.d", "/run/sysctl.d", "/usr/local/lib/sysctl.d", "/usr/lib/sysctl.d", "/lib/sysctl.d")
 
@@ -119,7 +120,10 @@ class SysctlKind(Kind):
         key = str(require(spec, "key", self.name)).replace("/", ".")
         if not _KEY.match(key):
             raise SpecError("sysctl key %r is not a valid name (e.g. vm.swappiness)" % key)
-        value = norm_ws(plain_value(spec, "sysctl %s" % key))
+        # the line "key = value" of the layer's sysctl.d drop-in
+        value = norm_ws(
+            plain_line("sysctl %s value" % key, plain_value(spec, "sysctl %s" % key), SYSCTL_DROPIN % ctx.layer)
+        )
         if not exists(ctx, self._proc(key)):
             raise SpecError("sysctl key %r does not exist on this host (%s missing)" % (key, self._proc(key)))
         check_range(key, value, ctx)

@@ -41,6 +41,8 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base im
     Unsupported,
     exists,
     norm_ws,
+    plain_line,
+    plain_name,
     require,
     setting,
 )
@@ -48,7 +50,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base im
 _BRACKET = re.compile(r"\[([^\]]+)\]")
 _WILDCARD = re.compile(r"[*?]")
 _NATURAL = re.compile(r"([0-9]+)")
-_ATTRIBUTE = re.compile(r"^[A-Za-z0-9_.-]+$")
+_ATTRIBUTE = re.compile(r"^[A-Za-z0-9_.-]+\Z")
 MISSING = ("fail", "unsupported")
 # Attributes whose write resets others: a queue's scheduler resets its nr_requests, and
 # intel_pstate/amd-pstate take no energy_performance_preference but "performance" while
@@ -155,10 +157,20 @@ class SysfsKind(TmpfilesUnit, Kind):
 
     def expand(self, spec, ctx):
         path = str(require(spec, "key", self.name))
-        if not path.startswith("/sys/") or "/../" in path + "/" or "\n" in path or "[" in path:
-            raise SpecError("sysfs key %r must be an absolute path under /sys/ without '..' (wildcards: * ?)" % path)
+        if not path.startswith("/sys/") or "/../" in path + "/" or "[" in path or path.split() != [path]:
+            raise SpecError(
+                "sysfs key %r must be an absolute path under /sys/ without '..' or blanks (wildcards: * ?)" % path
+            )
+        plain_name("sysfs key", path)
         if spec.get("value") is None:
             raise SpecError("sysfs %s needs 'value'" % path)
+        # the value ends a line "w <path> - - - - <value>" of the layer's tmpfiles.d drop-in
+        plain_line("sysfs %s value" % path, spec["value"], TMPFILES % ctx.layer)
+        if "%" in str(spec["value"]) + path:
+            raise SpecError(
+                "sysfs %s: %r holds %%, which systemd-tmpfiles would expand as a specifier at boot"
+                % (path, spec["value"])
+            )
         missing = spec.get("missing") or "fail"
         if missing not in MISSING:
             raise SpecError("sysfs %s: missing must be one of %s, got %r" % (path, ", ".join(MISSING), missing))

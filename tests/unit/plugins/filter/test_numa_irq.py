@@ -130,7 +130,7 @@ def test_settings_with_the_ban_list():
             "path": "/etc/default/irqbalance",
             "key": "IRQBALANCE_ARGS",
             "value": "--foreground --banirq=33 --banirq=34",
-            "var": "numa_irq_irqbalance",
+            "var": "numa_irq_irqbalance_args",
         },
     ]
 

@@ -5,7 +5,7 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.policy.varspec import MISSING, RULES, check
+from ansible_collections.stacktune.gpu.plugins.module_utils.policy.varspec import MISSING, RULES, RUN_NAMES, check
 
 ROLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles")
 
@@ -159,7 +159,7 @@ def test_every_rule_names_a_variable_some_role_declares():
     for pattern in RULES:
         if pattern.startswith("*"):
             assert any(name.endswith(pattern[1:]) for name in declared), pattern
-        else:
+        elif pattern not in RUN_NAMES:  # every check_vars call checks those, declared or not
             assert pattern in declared, pattern
 
 
