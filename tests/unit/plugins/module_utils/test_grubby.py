@@ -330,9 +330,8 @@ def test_a_grubby_that_does_something_else_is_undone_and_named(tree):
         engine(tree).apply(ARGS, "run1")
     assert everything(tree) == before
     # the journal was written ahead: the next run puts the layer back and applies afresh
-    with open(host(tree, "/usr/sbin/grubby"), "w") as handle:
-        with open(os.path.join(FILES, "grubby")) as real:
-            handle.write(real.read())
+    with open(host(tree, "/usr/sbin/grubby"), "w") as handle, open(os.path.join(FILES, "grubby")) as real:
+        handle.write(real.read())
     assert engine(tree).apply(ARGS, "run2")["counts"] == {"pending_reboot": 2, "changed": 1}
 
 
