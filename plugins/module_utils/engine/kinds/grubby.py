@@ -219,6 +219,26 @@ def grubby_edit(words, remove=(), add=()):
     return " ".join(out + list(add))
 
 
+def info_args(text):
+    """``{entry id: command line}`` from ``grubby --info=ALL`` (its ``args`` with ``root``,
+    which grubby prints on a line of its own)."""
+    out, block = {}, {}
+    for line in (text or "").splitlines() + ["index=end"]:
+        key, _sep, value = line.partition("=")
+        if key == "index" and block:
+            if "id" in block:
+                root = ["root=%s" % block["root"]] if "root" in block else []
+                out[block["id"]] = " ".join(root + block.get("args", "").split())
+            block = {}
+        block[key] = env_value(value)
+    return out
+
+
+def env_value(value):
+    value = value.strip()
+    return value[1:-1] if len(value) >= 2 and value[0] == value[-1] == '"' else value
+
+
 def snapshot_files(ctx):
     """The host paths a ``boot_entries`` unit snapshots: the entries, /etc/kernel/cmdline and
     /etc/default/grub (present or not)."""
@@ -366,6 +386,36 @@ class GrubbyArgKind(Kind):
         if drop:
             argv.append("--remove-args=%s" % " ".join(drop))
         return argv
+
+    def other_writers(self, settings, ctx):
+        """grubby's own view (``grubby --info=ALL``) against the entries as read: an argument
+        it shows otherwise than the files means grubby and stacktune read different entries."""
+        program = self.grubby(ctx)
+        if program is None or ctx.run_command is None:
+            return []
+        rc, out, err = ctx.run_command([program, "--info=ALL"])
+        ids = [s["id"] for s in settings]
+        if rc != 0:
+            why = "grubby --info=ALL failed (rc=%s): %s; the boot entries were read from their files only"
+            return [{"tool": "grubby", "message": why % (rc, (err or out).strip()[-200:]), "ids": ids}]
+        shown = info_args(out)
+        files = {p.rsplit("/", 1)[1][: -len(".conf")]: w for p, w in read_targets(ctx).items() if p.startswith(ENTRIES)}
+        differ = []
+        for s in settings:
+            for entry_id in sorted(set(files) | set(shown)):
+                ours = value_in(files[entry_id], s["key"]) if entry_id in files else "(no such entry)"
+                theirs = value_in(shown[entry_id], s["key"]) if entry_id in shown else "(not listed)"
+                if ours != theirs:
+                    differ.append((s["id"], entry_id, ours, theirs))
+        if not differ:
+            return []
+        sid, entry_id, ours, theirs = differ[0]
+        message = (
+            "grubby --info=ALL shows %s for %s in entry %s, the entry's file %s: grubby and stacktune do not read "
+            "the same boot entries; check /boot/loader/entries and grubby's configuration"
+            % (theirs, sid, entry_id, ours)
+        )
+        return [{"tool": "grubby", "message": message, "ids": sorted({d[0] for d in differ})}]
 
     def boot_value(self, s, ctx, pending=None):
         """The argument the default entry gives the kernel, grubenv variables expanded."""

@@ -387,3 +387,23 @@ def test_the_prediction_edits_a_command_line_as_the_stand_in_does(tmp_path, word
     subprocess.check_call(argv)
     assert (entries / "x.conf").read_text().splitlines()[-1] == "options " + want
     assert grubby_edit(words, remove, add) == want
+
+
+def test_verify_checks_the_entries_against_grubby_info(tree):
+    engine(tree).apply(ARGS, "run1")
+    runner = Runner()
+    agreed = engine(tree, runner=runner).verify()
+    assert [c[1:] for c in runner.calls] == [["--info=ALL"]]
+    assert all(r["other_writers"] == [] for r in agreed["settings"]) and agreed["notes"] == []
+    # a grubby that reads other entries (another BLS directory) is named for what it shows otherwise
+    fake = host(tree, "/usr/sbin/grubby")
+    with open(fake, "w") as handle:
+        handle.write(
+            "#!/bin/sh\necho index=0\necho 'id=\"%s\"'\necho 'args=\"ro iommu=off\"'\n" % NEW.rsplit("/", 1)[1][:-5]
+        )
+    seen = engine(tree).verify()
+    rows = by_id(seen)
+    assert rows["grubby_arg:iommu"]["other_writers"] == ["grubby"]
+    assert rows["grubby_arg:numa_balancing"]["other_writers"] == ["grubby"]  # entries it does not list
+    note = "grubby --info=ALL shows (not listed) for grubby_arg:iommu in entry %s-0-rescue, the entry's file pt"
+    assert any(note % MID in n for n in seen["notes"])
