@@ -14,7 +14,7 @@ new=5.14.0-427.13.1.el9_4.x86_64
 old=5.14.0-362.24.1.el9_3.x86_64
 base="root=/dev/mapper/rl-root ro crashkernel=1G-4G:192M,4G-64G:256M,64G-:512M resume=/dev/mapper/rl-swap rd.lvm.lv=rl/root rd.lvm.lv=rl/swap"
 mkdir -p "$root/boot/loader/entries" "$root/boot/grub2" "$root/etc/kernel" "$root/etc/default" \
-  "$root/proc" "$root/usr/sbin"
+  "$root/proc" "$root/usr/sbin" "$root/var/lib"  # var/lib: where the engine keeps its journal
 chmod 0700 "$root/boot/loader/entries"
 
 entry() {  # file version title options
