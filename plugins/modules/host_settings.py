@@ -23,7 +23,12 @@ description:
     C(irq_affinity) (/proc/irq/N/smp_affinity_list for one IRQ or every IRQ of a PCI
     device, persisted in the same tmpfiles drop-in); C(kernel_arg) (a boot argument,
     persisted in /etc/default/grub.d/60-stacktune-<layer>.cfg, reported C(pending_reboot)
-    until the next boot); C(mount) (an option of a mounted tmpfs such as the size of
+    until the next boot); C(grubby_arg) (a boot argument on a host that boots from BLS entries,
+    RHEL 9 and its kin: set with C(grubby --update-kernel=ALL --args/--remove-args) in every
+    entry under /boot/loader/entries, /etc/kernel/cmdline and GRUB_CMDLINE_LINUX, the files
+    snapshotted whole and restored byte for byte, the next-boot value read from the default
+    entry; C(pending_reboot) until the next boot; tested against a grubby stand-in on a
+    constructed tree, not a real RHEL host); C(mount) (an option of a mounted tmpfs such as the size of
     /dev/shm, remounted live and persisted in /etc/fstab); C(file) (a whole file owned by
     stacktune such as /etc/nccl.conf); C(env_var) (one KEY=\"value\" line of a file such as
     /etc/default/irqbalance); C(nvml) (a GPU setting through NVML: persistence mode,

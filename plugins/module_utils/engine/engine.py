@@ -35,6 +35,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine import fileop
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import UntrustedJournal, new_entry
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import EFFECTS, SpecError, Unsupported
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.file import check_path
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.grubby import ENTRIES, allowed_file
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.units import DROPINS, KINDS, UnitFiles, unit_key
 
 _INTEGER = re.compile(r"^-?[0-9]+\Z")
@@ -64,6 +65,9 @@ def unit_allowed(unit, layer):
         return kind in DROPINS and path == DROPINS[kind] % layer
     if unit.get("type") == "line" and kind == "mount":
         return path == "/etc/fstab"
+    if unit.get("type") == "boot_entries":
+        files = unit.get("files") if isinstance(unit.get("files"), dict) else {None: None}
+        return kind == "grubby_arg" and path == ENTRIES and all(allowed_file(str(p)) for p in files)
     if unit.get("type") in ("line", "file") and kind in ("env_var", "file"):
         try:
             check_path(path, kind)
@@ -448,7 +452,7 @@ class Engine(UnitFiles):
         removed = [s for s in previous if s["id"] not in new_ids]
 
         before = {s["id"]: self.observe(s) for s in settings}
-        units = self.desired_units(settings, before)
+        units = self.desired_units(settings, before, self.given_up(removed, entry, settings))
         unit_changes = {k: u for k, u in units.items() if self.read_unit(u["unit"]) != u["text"]}
         live_changes = [
             s

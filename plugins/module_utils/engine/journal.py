@@ -115,13 +115,22 @@ def validate_record(data, path, layer):
         if not isinstance(target.get("units"), dict) or not all(isinstance(u, dict) for u in target["units"].values()):
             refuse("%s has no units" % name)
         for unit in target["units"].values():
-            if unit.get("type") not in ("dropin", "file", "line") or not str(unit.get("path", "")).startswith("/"):
+            kinds = ("dropin", "file", "line", "boot_entries")
+            if unit.get("type") not in kinds or not str(unit.get("path", "")).startswith("/"):
                 refuse("%s holds a unit of type %r at %r" % (name, unit.get("type"), unit.get("path")))
-            whole = unit["type"] != "line" and unit.get("exists")
-            if whole and not (
-                isinstance(unit.get("content_b64"), str) and re.match(r"^0?[0-7]{3,4}$", str(unit.get("mode")))
-            ):
-                refuse("%s's unit %s has no content or mode" % (name, unit["path"]))
+            if unit["type"] == "boot_entries" and not isinstance(unit.get("files"), dict):
+                refuse("%s's unit %s has no files" % (name, unit["path"]))
+            # a boot_entries unit is a snapshot of several files, each checked as a whole file
+            for snap in unit["files"].values() if unit["type"] == "boot_entries" else [unit]:
+                whole = unit["type"] != "line" and isinstance(snap, dict) and snap.get("exists")
+                if (
+                    not isinstance(snap, dict)
+                    or whole
+                    and not (
+                        isinstance(snap.get("content_b64"), str) and re.match(r"^0?[0-7]{3,4}$", str(snap.get("mode")))
+                    )
+                ):
+                    refuse("%s's unit %s has no content or mode" % (name, unit["path"]))
     for s in data["settings"] + list(data["known"].values()):
         if not isinstance(s, dict) or not all(isinstance(s.get(k), str) for k in ("id", "kind", "key")):
             refuse("a setting is not a dict with id, kind and key")

@@ -20,6 +20,15 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine import fileop
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import SpecError, Unsupported
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.cmdline import GRUB_DROPIN, KernelArgKind
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.file import EnvVarKind, FileKind
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.grubby import (
+    GrubbyArgKind,
+    original_values,
+    read_targets,
+    restore_entries,
+    snapshot_entries,
+    snapshot_targets,
+    state_text,
+)
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.irq import IrqAffinityKind
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.mount import MountKind
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.nvml import NvmlKind
@@ -33,6 +42,7 @@ KINDS = {
         SysfsKind(),
         IrqAffinityKind(),
         KernelArgKind(),
+        GrubbyArgKind(),
         MountKind(),
         FileKind(),
         EnvVarKind(),
@@ -90,6 +100,8 @@ class UnitFiles:
         A shared file with more than one line for the unit is refused: stacktune would have to
         drop lines it does not own (which one does the host use?); the message names them.
         """
+        if unit["type"] == "boot_entries":
+            return state_text(read_targets(self.ctx))
         text = fileops.read_unit_text(self.unit_path(unit["path"]))
         if unit["type"] != "line":
             return text
@@ -104,6 +116,13 @@ class UnitFiles:
         return lines[found[0]] if found else None
 
     def snapshot_unit(self, unit):
+        if unit["type"] == "boot_entries":
+            return {
+                "type": "boot_entries",
+                "path": unit["path"],
+                "kind": unit["kind"],
+                "files": snapshot_entries(self.ctx),
+            }
         if unit["type"] == "line":
             return {
                 "type": "line",
@@ -118,8 +137,12 @@ class UnitFiles:
         return snap
 
     # ------------------------------------------------------------------ units
-    def desired_units(self, settings, observations):
-        """Desired text of every unit the settings persist through, keyed by unit key."""
+    def desired_units(self, settings, observations, given_up=None):
+        """Desired text of every unit the settings persist through, keyed by unit key.
+
+        ``given_up``: ``{unit key: {name: original value}}`` of the arguments a layer no longer
+        asks for in a unit shared with others it keeps (boot entries: grubby puts them back).
+        """
         groups = {}
         for s in settings:
             unit = observations[s["id"]]["unit"]
@@ -135,6 +158,8 @@ class UnitFiles:
                 text = kind.render(members, self.ctx.layer)
             elif unit["type"] == "file":
                 text = members[0]["value"]
+            elif unit["type"] == "boot_entries":
+                text = kind.render_entries(members, self.read_unit(unit), (given_up or {}).get(key))
             else:
                 text = kind.render_line(members, self.read_unit(unit))
             out[key] = {"unit": unit, "text": text, "settings": [m["id"] for m in members]}
@@ -147,8 +172,28 @@ class UnitFiles:
             fileops.atomic_write(path, text.encode("utf-8"), 0o644, **hook)
         elif unit["type"] == "file":
             fileops.atomic_write(path, text.encode("utf-8"), int(unit.get("mode", "0644"), 8), **hook)
+        elif unit["type"] == "boot_entries":
+            self._write_entries(unit, text)
         else:
             self._write_line(unit, text)
+
+    def _write_entries(self, unit, text):
+        """Run grubby for the arguments that change, then read the targets back: anything but
+        the predicted text puts every file back as it was and fails, naming what grubby did."""
+        current = self.read_unit(unit)
+        if current == text:
+            return
+        files = snapshot_entries(self.ctx)
+        argv = KINDS[unit["kind"]].grubby_argv(self.ctx, current, text)
+        rc, out, err = self.ctx.run_command(argv) if self.ctx.run_command else (127, "", "no command runner")
+        found = self.read_unit(unit) if rc == 0 else None
+        if found != text:
+            restore_entries(self.ctx, files)
+            if rc != 0:
+                why = "failed (rc=%s): %s" % (rc, (err or out).strip()[-400:])
+            else:
+                why = "left %s instead of %s" % (found.strip().replace("\n", "; "), text.strip().replace("\n", "; "))
+            raise RuntimeError("%s %s; the boot entries were put back as they were" % (" ".join(argv), why))
 
     def _write_line(self, unit, new_line):
         """Replace the unit's line in its file (or append it; remove it when new_line is None).
@@ -178,6 +223,10 @@ class UnitFiles:
 
     def restore_unit(self, snap):
         """Put a unit back as snapshotted. Returns True when something changed."""
+        if snap["type"] == "boot_entries":
+            changed, notes = restore_entries(self.ctx, snap["files"], self.check_mode)
+            self.notes.extend(n for n in notes if n not in self.notes)
+            return changed
         path = self.unit_path(snap["path"])
         if not self.check_mode:
             fileops.sweep_temp(os.path.dirname(path))
@@ -211,6 +260,18 @@ class UnitFiles:
     @staticmethod
     def _write_rank(s):
         return KINDS[s["kind"]].write_rank(s) if s is not None and s.get("kind") in KINDS else 1
+
+    def given_up(self, removed, entry, settings):
+        """``{unit key: {name: original value}}`` of removed boot arguments whose boot entries
+        the layer keeps for others (``desired_units``); a unit no setting keeps is restored whole."""
+        kept = {self._unit_key_of(s) for s in settings}
+        out = {}
+        for s in removed:
+            key = self._unit_key_of(s)
+            snap = entry["original"]["units"].get(key)
+            if key in kept and snap is not None and snap["type"] == "boot_entries":
+                out.setdefault(key, {})[s["key"]] = original_values(self.ctx, snap["files"], s["key"])
+        return out
 
     def _unit_key_of(self, s):
         unit, _err = self._unit(s)
@@ -268,6 +329,8 @@ class UnitFiles:
                 current = self.read_unit(u["unit"])
             elif old["type"] == "line":
                 current = old["line"]
+            elif old["type"] == "boot_entries":
+                current = state_text(snapshot_targets(self.ctx, old["files"]))
             else:
                 current = fileops.snapshot_text(old)
             if current != u["text"]:

@@ -9,7 +9,8 @@ Live is /proc/cmdline (it changes only at boot, so a persisted change is reporte
 /etc/default/grub.d/60-stacktune-<layer>.cfg, after which the bootloader configuration
 is regenerated with update-grub (or grub-mkconfig / grub2-mkconfig) when present.
 RHEL-family hosts (grubby, BLS boot entries) never read that drop-in: there the kind
-reports the arguments unsupported instead of writing a file that does nothing.
+reports the arguments unsupported instead of writing a file that does nothing (the
+``grubby_arg`` kind, kinds/grubby.py, is the one for them).
 A bare flag such as ``nosoftlockup`` has the value "" (empty string).
 """
 
@@ -157,8 +158,8 @@ class KernelArgKind(Kind):
         if _grubby_family(ctx):
             raise Unsupported(
                 "this is a RHEL-family host: its boot entries come from grubby (BLS), which never reads "
-                "/etc/default/grub.d, so stacktune does not persist boot arguments here; set them with "
-                "grubby --update-kernel=ALL --args=..."
+                "/etc/default/grub.d, so this kind does not persist boot arguments here; the grubby_arg kind "
+                "does (grubby --update-kernel=ALL --args=...), and the kernel role uses it on such hosts"
             )
         if not os.path.exists(ctx.path("/etc/default/grub")):
             raise Unsupported(
