@@ -102,6 +102,13 @@ def next_commands(checkout, check_mode=False):
     ]
 
 
+def _verdict(r):
+    """The layer's gate decision in one line (its outcome's decision when the gate's lacks one)."""
+    gate = dict(r.get("gate") or {})
+    gate.setdefault("decision", r.get("decision"))
+    return verdict(gate)
+
+
 def _outcome(r, check_mode, gated):
     n = len(_changed(r.get("settings")))
     gate = r.get("gate")
@@ -111,9 +118,9 @@ def _outcome(r, check_mode, gated):
             "would change %d setting(s)" % n if n else "nothing to change",
         )
     elif r.get("decision") == "rollback":
-        line = "%s: ROLLED BACK (%d setting(s) put back) - %s" % (r["layer"], len(restored_ids(r)), verdict(gate or {}))
+        line = "%s: ROLLED BACK (%d setting(s) put back) - %s" % (r["layer"], len(restored_ids(r)), _verdict(r))
     elif r.get("decision") == "keep" and gate:
-        line = "%s: kept (%d setting(s) changed) - %s" % (r["layer"], n, verdict(gate))
+        line = "%s: kept (%d setting(s) changed) - %s" % (r["layer"], n, _verdict(r))
     elif n:
         line = "%s: kept (%d setting(s) changed), not measured%s" % (r["layer"], n, "" if gated else " (gate off)")
     else:
@@ -267,7 +274,7 @@ def _setting_rows(r, check_mode):
         else:
             now = s.get("live")
             what = "changed"
-        if s.get("status") not in (None, "ok", "changed"):
+        if s.get("status") not in (None, "ok", "changed") and s["status"] not in what:
             what += "; %s" % s["status"]
         diff = None
         if _is_file(s):
@@ -278,7 +285,7 @@ def _setting_rows(r, check_mode):
                 "same as set" if _same(now, target) else _file_summary(now, known_before or not rolled_back),
                 what,
             ]
-            diff = _diff(sid, before if known_before else None, target)
+            diff = _diff(sid, before, target) if known_before and not _same(before, target) else None
         else:
             cells = [sid, _show(before) if known_before else "?", _show(target), _show(now), what]
         out.append(([_cell(c) for c in cells], diff, s))
@@ -351,7 +358,7 @@ def _layer_row(r, check_mode):
     if check_mode:
         verdict_text = "check mode: nothing measured"
     elif gate:
-        verdict_text = verdict(gate)
+        verdict_text = _verdict(r)
     elif r.get("changed"):
         verdict_text = "not measured (the gate is off)"
     else:

@@ -366,7 +366,8 @@ def details(decision, budget=None):
     if rows:
         lines += ["Where the measuring time went:", ""] + rows + [""]
     if d.get("seconds") is not None:
-        lines += ["Measuring took %s s; the layer was switched %s time(s)." % (d["seconds"], d.get("toggles", "-")), ""]
+        toggles = "" if d.get("toggles") is None else "; the layer was switched %s time(s)" % d["toggles"]
+        lines += ["Measuring took %s s%s." % (d["seconds"], toggles), ""]
     return lines
 
 

@@ -114,7 +114,8 @@ def test_a_layer_that_holds_nothing_is_one_line(fakeroot):
     engine(fakeroot, "nccl").apply(NCCL, "run1")
     engine(fakeroot, "nccl").restore("original", "rollback")
     assert render_layer(engine(fakeroot, "nccl").verify()) == [
-        "nccl [restored]: no setting to verify (the layer holds nothing now)"
+        "nccl [restored]: no setting to verify (holds no setting: its plan had nothing to change on this host, or"
+        " rollback put it back to its state before stacktune)"
     ]
 
 
