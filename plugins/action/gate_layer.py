@@ -280,10 +280,7 @@ class ActionModule(ActionBase):
 
         per_arm = int(settings.get("max_blocks") or 0)
         progress = {"n": 0, "most": 2 * per_arm * len(workloads), "arm": {}}
-        display.display(
-            "    %s: %s"
-            % (a["layer"], budget_words(settings, workloads))
-        )
+        display.display("    %s: %s" % (a["layer"], budget_words(settings, workloads)))
 
         def measure(workload):
             guard.check()

@@ -33,7 +33,9 @@ def journal_state_legend(states):
     """``state: meaning`` lines for the journal states given (a list; duplicates once)."""
     states = plain(states)
     if isinstance(states, str) or not isinstance(states, list):
-        raise AnsibleFilterError("journal_state_legend expects a list of journal states, got %s" % type(states).__name__)
+        raise AnsibleFilterError(
+            "journal_state_legend expects a list of journal states, got %s" % type(states).__name__
+        )
     return legend([str(s) for s in states if s])
 
 

@@ -14,9 +14,12 @@ module: latency_plot
 short_description: Plot step-time distributions before and after each gated layer as a PNG
 version_added: 0.1.0
 description:
-  - Draws, for every layer the gate judged, the exceedance curve (the share of steps slower
-    than a given time) of the step times measured without and with the layer, on log axes,
-    so that a tail that grew is visible at a glance next to a median that did not move.
+  - Draws one panel per layer the gate judged and per workload it was judged on: the exceedance
+    curve (the share of steps at least that slow) of the step times measured without and with
+    the layer, on log axes, with the tail (the slowest 1% of steps, the gate's tail quantile)
+    shaded, so that a tail that grew is visible at a glance next to a median that did not move.
+  - Each panel's title names the layer, the workload and the outcome; the layer's one-line
+    verdict is printed under the axes, never over the curves.
   - "Meant to run on the controller (C(delegate_to: localhost)) at the end of a tune run."
   - Needs matplotlib on the Python that runs it; without it the module reports
     C(skipped) with the reason instead of failing.
@@ -28,8 +31,10 @@ options:
     required: true
   records:
     description:
-      - The per-layer records of a tune run. Each has C(layer), C(decision), and the raw
-        step times C(before_ms) and C(after_ms); layers without both are left out.
+      - The per-layer records of a tune run. Each has C(layer), C(decision), C(gate) (the
+        decision), and the raw step times per workload in C(samples) (C({workload: {without, with}}));
+        a record without C(samples) is drawn from C(before_ms) and C(after_ms), its primary
+        workload's steps. Layers without steps are left out.
     type: list
     elements: dict
     required: true
@@ -69,6 +74,11 @@ layers:
   returned: always
   type: list
   elements: str
+panels:
+  description: The panels drawn (or that would be), C(<layer> on <workload>).
+  returned: always
+  type: list
+  elements: str
 skipped:
   description: True when nothing was drawn (no gated layer, matplotlib missing, check mode).
   returned: always
@@ -103,7 +113,9 @@ def panels(records):
     for rec in records:
         gate = rec.get("gate") or {}
         per = rec.get("samples") if isinstance(rec.get("samples"), dict) else {}
-        order = [w for w in gate.get("workloads_measured") or [] if w in per] + sorted(w for w in per if w not in (gate.get("workloads_measured") or []))
+        order = [w for w in gate.get("workloads_measured") or [] if w in per] + sorted(
+            w for w in per if w not in (gate.get("workloads_measured") or [])
+        )
         shown = False
         for w in order:
             arms = per.get(w) or {}
@@ -111,7 +123,9 @@ def panels(records):
                 out.append((rec.get("layer"), w, rec, arms["without"], arms["with"]))
                 shown = True
         if not shown and rec.get("before_ms") and rec.get("after_ms"):
-            out.append((rec.get("layer"), gate.get("workload") or "its workload", rec, rec["before_ms"], rec["after_ms"]))
+            out.append(
+                (rec.get("layer"), gate.get("workload") or "its workload", rec, rec["before_ms"], rec["after_ms"])
+            )
     return out
 
 
@@ -143,7 +157,12 @@ def draw(plt, shown, title, wrap=110):
     height = 4.4 * len(shown) + 0.7
     fig = plt.figure(figsize=(9, height))
     grid = GridSpec(
-        2 * len(shown), 1, figure=fig, height_ratios=[3.2, 1.0] * len(shown), hspace=0.2, top=1.0 - 0.55 / height,
+        2 * len(shown),
+        1,
+        figure=fig,
+        height_ratios=[3.2, 1.0] * len(shown),
+        hspace=0.2,
+        top=1.0 - 0.55 / height,
         bottom=0.2 / height,
     )
     plain_number = FuncFormatter(lambda v, _pos: "%g" % v)
@@ -156,7 +175,14 @@ def draw(plt, shown, title, wrap=110):
             smallest = min(smallest, ys[-1])
             ax.step(xs, ys, where="post", color=color, label="%s (%d steps)" % (label, len(xs)))
         band = 1.0 - q
-        ax.axhspan(smallest * 0.5, band, color="orange", alpha=0.15, lw=0, label="the tail: slowest %g%% of steps" % (band * 100))
+        ax.axhspan(
+            smallest * 0.5,
+            band,
+            color="orange",
+            alpha=0.15,
+            lw=0,
+            label="the tail: slowest %g%% of steps" % (band * 100),
+        )
         ax.axhline(band, color="grey", linestyle=":", linewidth=0.8)
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -172,8 +198,15 @@ def draw(plt, shown, title, wrap=110):
         ax.grid(True, which="major", alpha=0.3)
         note = fig.add_subplot(grid[2 * i + 1, 0])
         note.axis("off")
-        note.text(0.0, 0.68, "\n".join(textwrap.wrap(caption(rec, workload), wrap)), fontsize=7.5, va="top", ha="left",
-                  transform=note.transAxes)
+        note.text(
+            0.0,
+            0.68,
+            "\n".join(textwrap.wrap(caption(rec, workload), wrap)),
+            fontsize=7.5,
+            va="top",
+            ha="left",
+            transform=note.transAxes,
+        )
     fig.suptitle(title, fontsize=11, y=1.0 - 0.15 / height)
     return fig
 
@@ -195,7 +228,7 @@ def main():
     result = {
         "changed": False,
         "dest": dest,
-        "layers": sorted(set(p[0] for p in shown), key=[p[0] for p in shown].index),
+        "layers": sorted({p[0] for p in shown}, key=[p[0] for p in shown].index),
         "panels": ["%s on %s" % (p[0], p[1]) for p in shown],
         "skipped": True,
     }

@@ -241,7 +241,9 @@ def statistics_table(decision):
     for dim in _dims(d) + (["p99"] if "p99" in d else []):
         block = _dict(d.get(dim))
         if dim == "stalls":
-            change = "%+.2f points" % (block["difference"] * 100.0) if _num(block.get("difference")) is not None else "-"
+            change = (
+                "%+.2f points" % (block["difference"] * 100.0) if _num(block.get("difference")) is not None else "-"
+            )
         else:
             ratio = _num(block.get("ratio"))
             change = _pct(ratio - 1.0) if ratio is not None else "-"
@@ -330,13 +332,15 @@ def details(decision, budget=None):
         lines += ["Reason in full:", "", "> %s" % _cell(d["reason"]), ""]
     for later in d.get("seen_later") or []:
         if isinstance(later, dict):
-            lines.append("- %s takes effect at %s" % (later.get("id"), EFFECTS.get(later.get("effect"), later.get("effect"))))
+            lines.append(
+                "- %s takes effect at %s" % (later.get("id"), EFFECTS.get(later.get("effect"), later.get("effect")))
+            )
     if d.get("seen_later"):
         lines.append("")
     per = _dict(d.get("workloads"))
     judged = per if per else ({d.get("workload") or "the workload": d} if _dims(d) else {})
-    for w, res in judged.items():
-        res = _dict(res)
+    for w, raw in judged.items():
+        res = _dict(raw)
         if not _dims(res):
             if res.get("reason"):
                 lines += ["On %s: %s" % (w, _cell(res["reason"])), ""]
@@ -354,7 +358,10 @@ def details(decision, budget=None):
         if unresolved:
             lines += ["Not resolved: %s." % "; ".join(str(u) for u in unresolved), ""]
         if res.get("stall_ms") is not None:
-            lines += ["A stalled step is one slower than %s ms (the stall factor times the median)." % res["stall_ms"], ""]
+            lines += [
+                "A stalled step is one slower than %s ms (the stall factor times the median)." % res["stall_ms"],
+                "",
+            ]
     words = confidence_words(d if d.get("confidence_per_look") is not None else next(iter(judged.values()), {}))
     if words:
         lines += [words, ""]

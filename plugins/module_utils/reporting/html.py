@@ -89,7 +89,11 @@ def _cells(line):
 
 def _table(rows):
     head, body = rows[0], rows[2:]
-    out = ["<table>", "<thead><tr>%s</tr></thead>" % "".join("<th>%s</th>" % inline(c) for c in _cells(head)), "<tbody>"]
+    out = [
+        "<table>",
+        "<thead><tr>%s</tr></thead>" % "".join("<th>%s</th>" % inline(c) for c in _cells(head)),
+        "<tbody>",
+    ]
     out += ["<tr>%s</tr>" % "".join("<td>%s</td>" % inline(c) for c in _cells(r)) for r in body]
     return out + ["</tbody>", "</table>"]
 

@@ -47,5 +47,7 @@ def test_the_html_report_renders_in_a_browser(tmp_path):
     assert dom.count("<table>") >= 3 and "kernel: details" in dom
     assert '<img src="localhost.png"' in dom
     shot = tmp_path / "shot.png"
-    subprocess.run(run + ["--screenshot=%s" % shot, "--window-size=1200,2000", url], capture_output=True, timeout=120, check=True)
+    subprocess.run(
+        run + ["--screenshot=%s" % shot, "--window-size=1200,2000", url], capture_output=True, timeout=120, check=True
+    )
     assert shot.stat().st_size > 5000

@@ -226,7 +226,9 @@ def test_details_keep_every_number():
         tail = decision["workloads"][w]["tail"]
         assert "%.4g ms" % tail["before"] in details and "%.4g ms" % tail["after"] in details
     assert "98.3% confidence intervals" in details and "3 looks" in details
-    assert "at most 8 blocks per arm (with the layer, and without it) on each of 2 workload(s), so at most 32" in details
+    assert (
+        "at most 8 blocks per arm (with the layer, and without it) on each of 2 workload(s), so at most 32" in details
+    )
     # a value that was already live is not counted among what the rollback put back
     assert "1 setting(s) put back (sysctl:a)" in text
     assert "| sysctl:b | 5 | 5 | 5 | no live change (already set); persisted, put back |" in text
@@ -243,7 +245,10 @@ def test_a_file_is_a_summary_and_a_diff():
         [{"layer": "nccl", "decision": "keep", "changed": True, "settings": [row], "gate": None}], "h", "r", {}
     )
     assert "| file:/etc/nccl.conf | 1 line | 3 lines | same as set | changed |" in text
-    assert "```diff\n--- file:/etc/nccl.conf before\n+++ file:/etc/nccl.conf as set\n@@ -1 +1,3 @@\n+# Managed\n A=1\n+B=2\n```" in text
+    assert (
+        "```diff\n--- file:/etc/nccl.conf before\n+++ file:/etc/nccl.conf as set\n"
+        "@@ -1 +1,3 @@\n+# Managed\n A=1\n+B=2\n```" in text
+    )
     assert "# Managed" not in text.split("### nccl: details")[0]
 
 
