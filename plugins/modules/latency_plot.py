@@ -14,10 +14,10 @@ module: latency_plot
 short_description: Plot step-time distributions before and after each gated layer as a PNG
 version_added: 0.1.0
 description:
-  - Draws one panel per layer the gate judged and per workload it was judged on: the exceedance
+  - "Draws one panel per layer the gate judged and per workload it was judged on: the exceedance
     curve (the share of steps at least that slow) of the step times measured without and with
     the layer, on log axes, with the tail (the slowest 1% of steps, the gate's tail quantile)
-    shaded, so that a tail that grew is visible at a glance next to a median that did not move.
+    shaded, so that a tail that grew is visible at a glance next to a median that did not move."
   - Each panel's title names the layer, the workload and the outcome; the layer's one-line
     verdict is printed under the axes, never over the curves.
   - "Meant to run on the controller (C(delegate_to: localhost)) at the end of a tune run."
@@ -32,7 +32,7 @@ options:
   records:
     description:
       - The per-layer records of a tune run. Each has C(layer), C(decision), C(gate) (the
-        decision), and the raw step times per workload in C(samples) (C({workload: {without, with}}));
+        decision), and the raw step times per workload in C(samples) (per workload its C(without) and C(with) lists);
         a record without C(samples) is drawn from C(before_ms) and C(after_ms), its primary
         workload's steps. Layers without steps are left out.
     type: list
