@@ -138,3 +138,20 @@ def test_values_are_short_cells(value, shown):
 def test_the_filter_refuses_what_is_no_layer_result():
     with pytest.raises(AnsibleFilterError, match="verify_table expects one layer's result"):
         verify_table(["kernel"])
+
+
+def test_every_journal_state_is_explained_in_the_legend_and_the_docs():
+    from ansible_collections.stacktune.gpu.plugins.filter.verify_table import journal_state_legend
+    from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import STATES
+    from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.states import MEANINGS
+
+    assert set(STATES) | {"unreadable"} == set(MEANINGS)
+    assert journal_state_legend(["kept", "restored", "kept"]) == [
+        "kept: " + MEANINGS["kept"],
+        "restored: " + MEANINGS["restored"],
+    ]
+    docs = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "docs", "layers.md")
+    with open(docs) as handle:
+        text = handle.read()
+    for state in MEANINGS:
+        assert "| `%s` |" % state in text, state
