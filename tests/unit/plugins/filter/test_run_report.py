@@ -218,7 +218,7 @@ def test_details_keep_every_number():
                            {"id": "sysctl:b", "expected": "5", "live": "5", "live_before": "5", "changed": True}],
               "pending_reboot": []}  # fmt: skip
     text = filters.report_markdown([result], "h", "r", {}, budget={"min_blocks": 4, "max_blocks": 8})
-    table = text.split("## kernel")[0]
+    table = text.split("## kernel", maxsplit=1)[0]
     assert decision["reason"] not in table and "98.3%" not in table
     details = text.split("### kernel: details")[1]
     assert decision["reason"].replace("|", "/") in details
@@ -249,7 +249,7 @@ def test_a_file_is_a_summary_and_a_diff():
         "```diff\n--- file:/etc/nccl.conf before\n+++ file:/etc/nccl.conf as set\n"
         "@@ -1 +1,3 @@\n+# Managed\n A=1\n+B=2\n```" in text
     )
-    assert "# Managed" not in text.split("### nccl: details")[0]
+    assert "# Managed" not in text.split("### nccl: details", maxsplit=1)[0]
 
 
 def test_html_has_the_same_content_escaped():
