@@ -33,6 +33,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import (
     unseen_reason,
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.steps import POLICIES
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.decision import budget_words
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._controller import command
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._interrupt import Guard, Interrupted, write_record
 
@@ -277,12 +278,16 @@ class ActionModule(ActionBase):
                 self._engine("reapplied" if on else "suspended", task_vars)
                 state["on"], state["switching"] = on, False
 
-        progress = {"n": 0, "most": 2 * int(settings.get("max_blocks") or 0) * len(workloads)}
+        per_arm = int(settings.get("max_blocks") or 0)
+        progress = {"n": 0, "most": 2 * per_arm * len(workloads), "arm": {}}
+        display.display("    %s: %s" % (a["layer"], budget_words(settings, workloads)))
 
         def measure(workload):
             guard.check()
             # one line per block as it runs, so a run of many minutes can be followed
             progress["n"] += 1
+            arm = (workload, state["on"])
+            progress["arm"][arm] = progress["arm"].get(arm, 0) + 1
             started = time.monotonic()
             out = self._bench(workload, bench, task_vars)
             out["wall_s"] = time.monotonic() - started
@@ -295,13 +300,15 @@ class ActionModule(ActionBase):
             else:
                 what = " (steps %.2f s)" % out["measured_s"]
             display.display(
-                "    %s: block %d of at most %d, %s the layer, %s: %.1f s%s"
+                "    %s: %s block %d of at most %d %s the layer (%d of at most %d in all): %.1f s%s"
                 % (
                     a["layer"],
+                    workload,
+                    progress["arm"][arm],
+                    per_arm,
+                    "with" if state["on"] else "without",
                     progress["n"],
                     progress["most"],
-                    "with" if state["on"] else "without",
-                    workload,
                     time.monotonic() - started,
                     what,
                 )
@@ -339,7 +346,12 @@ class ActionModule(ActionBase):
                 self._stop_runner_quietly(task_vars)
                 note = self._put_back(task_vars, "not judged: %s" % exc)
                 raise AnsibleActionFail("Failed to measure layer %s: %s; %s" % (a["layer"], exc, note)) from None
-        result.update(changed=True, gate=decision, samples=trial.samples(decision.get("workload", workloads[0])))
+        result.update(
+            changed=True,
+            gate=decision,
+            samples=trial.samples(decision.get("workload", workloads[0])),
+            samples_by_workload={w: trial.samples(w) for w in workloads},
+        )
         return result
 
     def _put_back(self, task_vars, reason):
@@ -389,7 +401,9 @@ class ActionModule(ActionBase):
         if decision["decision"] == "keep":
             self._engine("kept", task_vars, decision=summary)
         else:
-            self._engine("restored", task_vars, restore_to="snapshot", decision=summary)
+            restored = self._engine("restored", task_vars, restore_to="snapshot", decision=summary)
+            # what the restore put back, as the journal records it (the report counts these)
+            decision["restored"] = [r.get("id") for r in (restored or {}).get("settings") or [] if r.get("changed")]
 
     def _calibrate(self, result, settings, bench, workloads, task_vars):
         if not workloads:

@@ -13,10 +13,15 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import difflib
+
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.stacktune.gpu.plugins.filter.layers import layer_name
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.decision import budget_words, details, verdict
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.html import to_html
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._plain import plain
+from ansible_collections.stacktune.gpu.plugins.plugin_utils._verify_table import show_value
 
 # The commands that follow a run: from a checkout the Makefile's targets, once installed the playbooks.
 COMMANDS = {
@@ -97,8 +102,11 @@ def next_commands(checkout, check_mode=False):
     ]
 
 
-def _gate_summary(gate):
-    return gate["summary"] if "summary" in gate else gate.get("reason", "")
+def _verdict(r):
+    """The layer's gate decision in one line (its outcome's decision when the gate's lacks one)."""
+    gate = dict(r.get("gate") or {})
+    gate.setdefault("decision", r.get("decision"))
+    return verdict(gate)
 
 
 def _outcome(r, check_mode, gated):
@@ -110,11 +118,11 @@ def _outcome(r, check_mode, gated):
             "would change %d setting(s)" % n if n else "nothing to change",
         )
     elif r.get("decision") == "rollback":
-        line = "%s: ROLLED BACK (%d setting(s) restored) - %s" % (r["layer"], n, _gate_summary(gate or {}))
+        line = "%s: ROLLED BACK (%d setting(s) put back) - %s" % (r["layer"], len(restored_ids(r)), _verdict(r))
     elif r.get("decision") == "keep" and gate:
-        line = "%s: kept (%d setting(s)) - %s" % (r["layer"], n, _gate_summary(gate))
+        line = "%s: kept (%d setting(s) changed) - %s" % (r["layer"], n, _verdict(r))
     elif n:
-        line = "%s: kept (%d setting(s)), not measured%s" % (r["layer"], n, "" if gated else " (gate off)")
+        line = "%s: kept (%d setting(s) changed), not measured%s" % (r["layer"], n, "" if gated else " (gate off)")
     else:
         line = "%s: nothing to change" % r["layer"]
     if r.get("pending_reboot"):
@@ -132,6 +140,15 @@ def outcome_lines(results, check_mode=False, gate=True, report=None, next_steps=
 
 # --------------------------------------------------------------------------- Markdown report
 
+HOW_TO_READ = [
+    "How to read it: each layer was applied, measured in blocks (one process run of a workload",
+    "each) with and without it in the order A B B A ..., and kept only when its policy was met",
+    "(docs/gate.md). A change reads `+` for more throughput and for longer step times (the median",
+    "step, the tail: the mean of each block's slowest 1%); `±` is its noise, the half-width of its",
+    "interval. Every number behind a decision is under the layer's details below and in the JSON.",
+]
+OUTCOMES = {"keep": "kept", "rollback": "rolled back", "inconclusive": "inconclusive"}
+
 
 def _text(value):
     """A value as a template prints it: None as nothing."""
@@ -147,8 +164,18 @@ def _cut(value):
 
 
 def _cell(value):
-    """Text in a table cell: a '|' would end the cell."""
-    return str(value).replace("|", "/")
+    """Text in a table cell: a '|' would end the cell, a newline the row."""
+    return str(value).replace("|", "/").replace("\n", " ")
+
+
+def _int(value):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        try:
+            return int(float(value))
+        except (TypeError, ValueError):
+            return 0
 
 
 def _head(host, run_id, facts, check_mode, acceptance, plot):
@@ -176,95 +203,193 @@ def _head(host, run_id, facts, check_mode, acceptance, plot):
         lines.append("No acceptance recorded on this host (playbooks/acceptance.yml).")
     lines.append("")
     if plot.get("skipped", True) is False:
-        lines.append("Step-time distributions without and with each gated layer: [%s.png](%s.png)" % (host, host))
+        lines += [
+            "Step times without and with each measured layer, one panel per workload it was judged on:",
+            "",
+            "![step times without and with each measured layer](%s.png)" % host,
+        ]
     else:
         lines.append("No step-time plot: %s." % _text(plot.get("reason", "no layer was measured")))
-    return lines + [
-        "",
-        "Each gated layer was measured in blocks (one process run of a workload each), with and",
-        "without the layer in the order A B B A ..., and judged over blocks (docs/gate.md).",
-        "",
+    return lines + [""] + ([] if check_mode else HOW_TO_READ + [""])
+
+
+def restored_ids(r):
+    """What a rollback put back: the ids the engine's restore names (the journal's count), or,
+    for a decision that does not carry them, the settings whose live value the layer changed."""
+    gate = r.get("gate") or {}
+    if isinstance(gate.get("restored"), list):
+        return [str(x) for x in gate["restored"]]
+    return [str(s.get("id")) for s in r.get("settings") or [] if s.get("changed") and _live_changed(s)]
+
+
+def _same(a, b):
+    return _text(a).strip() == _text(b).strip()
+
+
+def _expected_text(s):
+    expected = s.get("expected")
+    if isinstance(expected, dict) and "text" in expected:
+        return expected["text"]
+    return expected
+
+
+def _live_changed(s):
+    """Whether the layer changed the live value (not only its line in a file that persists it)."""
+    if "live_before" not in s:
+        return bool(s.get("changed"))
+    return not _same(s.get("live_before"), _expected_text(s))
+
+
+def _is_file(s):
+    value = _expected_text(s)
+    return str(s.get("id", "")).startswith("file:") or (isinstance(value, str) and "\n" in value.rstrip("\n"))
+
+
+def _show(value):
+    return show_value(value, width=CELL)
+
+
+def _setting_rows(r, check_mode):
+    """(cells, diff) per setting: the setting, before, set to, now, what changed."""
+    rolled_back = r.get("decision") == "rollback"
+    put_back = set(restored_ids(r)) if rolled_back else set()
+    out = []
+    for s in r.get("settings") or []:
+        sid = _text(s.get("id"))
+        target = _expected_text(s)
+        before = s["live_before"] if "live_before" in s else (s.get("live") if check_mode else None)
+        known_before = "live_before" in s or check_mode
+        if check_mode:
+            now = s.get("live")
+            what = "would change" if s.get("changed") else "no change"
+        elif not s.get("changed"):
+            now = s.get("live")
+            what = "no change" + (" (%s)" % s["status"] if s.get("status") not in (None, "ok") else "")
+        elif not _live_changed(s):
+            now = s.get("live")
+            what = "no live change (already set); persisted" + (", put back" if rolled_back else "")
+        elif rolled_back:
+            now = before
+            what = "changed, put back" if (sid in put_back or not put_back) else "changed, then rolled back"
+        else:
+            now = s.get("live")
+            what = "changed"
+        if s.get("status") not in (None, "ok", "changed") and s["status"] not in what:
+            what += "; %s" % s["status"]
+        diff = None
+        if _is_file(s):
+            cells = [
+                sid,
+                _file_summary(before, known_before),
+                _file_summary(target, True),
+                "same as set" if _same(now, target) else _file_summary(now, known_before or not rolled_back),
+                what,
+            ]
+            diff = _diff(sid, before, target) if known_before and not _same(before, target) else None
+        else:
+            cells = [sid, _show(before) if known_before else "?", _show(target), _show(now), what]
+        out.append(([_cell(c) for c in cells], diff, s))
+    return out
+
+
+def _file_summary(text, known):
+    if not known:
+        return "?"
+    if text is None or text == "":
+        return "no file"
+    n = len(str(text).rstrip("\n").split("\n"))
+    return "%d line%s" % (n, "" if n == 1 else "s")
+
+
+def _diff(sid, before, after):
+    lines = list(
+        difflib.unified_diff(
+            _text(before).splitlines(),
+            _text(after).splitlines(),
+            fromfile="%s before" % sid,
+            tofile="%s as set" % sid,
+            lineterm="",
+        )
+    )
+    return lines or None
+
+
+def _settings_table(r, check_mode):
+    rows = _setting_rows(r, check_mode)
+    lines = []
+    if r.get("decision") == "rollback" and not check_mode:
+        ids = restored_ids(r)
+        lines += [
+            "The gate rolled this layer back: %d setting(s) put back%s; `now` is the value after the rollback."
+            % (len(ids), (" (%s)" % ", ".join(ids)) if ids else ""),
+            "",
+        ]
+    lines += [
+        "| setting | before | set to | now | what changed |",
+        "| --- | --- | --- | --- | --- |",
     ]
+    lines += ["| %s |" % " | ".join(cells) for cells, _d, _s in rows]
+    reasons = [(s.get("id"), s.get("reason")) for _c, _d, s in rows if s.get("reason")]
+    if reasons:
+        lines.append("")
+        lines += ["- %s: %s" % (_text(sid), _text(why)) for sid, why in reasons]
+    return lines, [(cells[0], diff) for cells, diff, _s in rows if diff]
 
 
-def _int(value):
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        try:
-            return int(float(value))
-        except (TypeError, ValueError):
-            return 0
-
-
-def _layer_row(r):
+def outcome_word(r, check_mode=False):
+    """keep, rolled back, not measured (kept), nothing to change, would change ..."""
+    n = len(_changed(r.get("settings")))
     gate = r.get("gate")
-    measured = blocks = seconds = share = ""
-    if gate:
-        measured = ", ".join(str(w) for w in gate.get("workloads_measured", []))
-        if "blocks" in gate:
-            blocks = "%s/%s" % (gate["blocks"]["with"], gate["blocks"]["without"])
-        seconds = _text(gate.get("seconds", ""))
-        if "cost" in gate and gate["cost"]["total"]["measured_share"] is not None:
-            total = gate["cost"]["total"]
-            share = "%d%% of %.0f s" % (round(total["measured_share"] * 100, 0), total["wall_s"])
-        why = gate.get("reason")
+    if check_mode:
+        return "would change" if n else "nothing to change"
+    if r.get("decision") == "rollback":
+        return "rolled back"
+    if gate and gate.get("measurable") is False:
+        return "not measured, kept" if r.get("decision") == "keep" else "not measured"
+    if r.get("decision") == "keep" and gate:
+        return "kept"
+    if n:
+        return "kept, not measured"
+    return "nothing to change"
+
+
+def _layer_row(r, check_mode):
+    gate = r.get("gate")
+    if check_mode:
+        verdict_text = "check mode: nothing measured"
+    elif gate:
+        verdict_text = _verdict(r)
+    elif r.get("changed"):
+        verdict_text = "not measured (the gate is off)"
     else:
-        why = "no change" if not r.get("changed") else ""
+        verdict_text = "no change"
+    measured = "-"
+    if gate and gate.get("measurable") is not False:
+        measured = ", ".join(str(w) for w in gate.get("workloads_measured") or [gate.get("workload")] if w) or "-"
     cells = [
         _text(r["layer"]),
-        _text(r.get("policy")),
-        "**%s**" % _text(r.get("decision")),
+        _text(r.get("policy")) if gate else "-",
+        "**%s**" % outcome_word(r, check_mode),
         str(len(_changed(r.get("settings")))),
         str(len(r.get("pending_reboot") or [])),
         measured,
-        blocks,
-        seconds,
-        share,
-        _cell(why),
+        _cell(verdict_text),
     ]
     return "| %s |" % " | ".join(cells)
 
 
-def _settings_table(r, check_mode):
-    if r.get("decision") == "rollback":
-        lines = [
-            "The gate rolled this layer back: every setting below is back to its value before the run",
-            "(`before` columns); `tuned` is what was measured and rejected.",
-            "",
-            "| setting | tuned | before (restored) | status | reason |",
-            "| --- | --- | --- | --- | --- |",
-        ]
-        for s in r["settings"]:
-            cells = [
-                _text(s.get("id")),
-                _cut(s.get("expected")),
-                _cut(s["live_before"] if "live_before" in s else s.get("live")),
-                "rolled back" if s.get("changed") else _text(s.get("status")),
-                _cell(s.get("reason") or ""),
-            ]
-            lines.append("| %s |" % " | ".join(cells))
-        return lines
-    lines = [
-        "| setting | expected | live | persisted | status | reason |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
-    for s in r["settings"]:
-        status = ("would change" if s.get("changed") else s.get("status")) if check_mode else s.get("status")
-        cells = [
-            _text(s.get("id")),
-            _cut(s.get("expected")),
-            _cut(s.get("live")),
-            _cut(s.get("persisted")),
-            _text(status),
-            _cell(s.get("reason") or ""),
-        ]
-        lines.append("| %s |" % " | ".join(cells))
+def _details(r, budget):
+    gate = r.get("gate")
+    lines = []
+    if gate:
+        measured = gate.get("measurable") is not False
+        lines += details(gate, budget_words(budget, gate.get("workloads_measured")) if budget and measured else None)
     return lines
 
 
-def report_markdown(results, host, run_id, facts, check_mode=False, acceptance=None, plot=None):
-    """The host's report of one run as Markdown: the host, the acceptance, one row per layer, one table per layer."""
+def report_markdown(results, host, run_id, facts, check_mode=False, acceptance=None, plot=None, budget=None):
+    """The host's report of one run as Markdown: the host, the acceptance, one row per layer, then
+    per layer its settings (before, set to, now) and the details: the statistics, the file diffs."""
     results = _results(results, "report_markdown")
     facts = plain(facts)
     if not isinstance(facts, dict):
@@ -273,18 +398,51 @@ def report_markdown(results, host, run_id, facts, check_mode=False, acceptance=N
         )
     acceptance = plain(acceptance) if hasattr(acceptance, "keys") else {}
     plot = plain(plot) if hasattr(plot, "keys") else {}
-    lines = _head(host, run_id, facts, bool(check_mode), acceptance, plot)
+    budget = plain(budget) if hasattr(budget, "keys") else None
+    check_mode = bool(check_mode)
+    lines = _head(host, run_id, facts, check_mode, acceptance, plot)
     lines += [
-        "| layer | policy | decision | changed settings | pending reboot | measured on | blocks with/without"
-        " | seconds | steps measured | why |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| layer | policy | outcome | settings changed | pending reboot | measured on | verdict |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    lines += [_layer_row(r) for r in results]
+    lines += [_layer_row(r, check_mode) for r in results]
     lines.append("")
     for r in results:
+        detail = [] if check_mode else _details(r, budget)
+        if not r.get("settings") and not detail and not r.get("notes"):
+            continue
+        lines += ["## %s" % _text(r["layer"]), ""]
+        diffs = []
         if r.get("settings"):
-            lines += ["## %s" % _text(r["layer"]), ""] + _settings_table(r, bool(check_mode))
+            table, diffs = _settings_table(r, check_mode)
+            lines += table + [""]
+        for note in r.get("notes") or []:
+            lines.append("Note: %s" % _text(note))
+        if r.get("notes"):
+            lines.append("")
+        if detail or diffs:
+            lines += ["### %s: details" % _text(r["layer"]), ""] + detail
+        for sid, diff in diffs:
+            lines += ["%s:" % sid, "", "```diff"] + diff + ["```", ""]
+    while lines and lines[-1] == "":
+        lines.pop()
     return "\n".join(lines) + "\n"
+
+
+def report_html(markdown, title=None):
+    """The Markdown report as one HTML page (the plot shown inline from the report directory)."""
+    if not isinstance(markdown, str):
+        raise AnsibleFilterError("report_html expects the Markdown text of report_markdown")
+    return to_html(markdown, title)
+
+
+def gate_verdict(decision):
+    """The one-line verdict of a gate decision (keep / rolled back / not measured, the changes
+    with their noise, where it was measured)."""
+    decision = plain(decision)
+    if decision is not None and not isinstance(decision, dict):
+        raise AnsibleFilterError("gate_verdict expects a gate decision (a dict), got %s" % type(decision).__name__)
+    return verdict(decision or {})
 
 
 class FilterModule:
@@ -296,4 +454,6 @@ class FilterModule:
             "outcome_lines": outcome_lines,
             "next_commands": next_commands,
             "report_markdown": report_markdown,
+            "report_html": report_html,
+            "gate_verdict": gate_verdict,
         }

@@ -13,6 +13,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.states import legend
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._verify_table import render_layer
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._plain import plain
 
@@ -28,8 +29,18 @@ def verify_table(result):
     return render_layer(result)
 
 
+def journal_state_legend(states):
+    """``state: meaning`` lines for the journal states given (a list; duplicates once)."""
+    states = plain(states)
+    if isinstance(states, str) or not isinstance(states, list):
+        raise AnsibleFilterError(
+            "journal_state_legend expects a list of journal states, got %s" % type(states).__name__
+        )
+    return legend([str(s) for s in states if s])
+
+
 class FilterModule:
     """stacktune.gpu verify filters."""
 
     def filters(self):
-        return {"verify_table": verify_table}
+        return {"verify_table": verify_table, "journal_state_legend": journal_state_legend}

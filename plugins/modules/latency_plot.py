@@ -14,9 +14,12 @@ module: latency_plot
 short_description: Plot step-time distributions before and after each gated layer as a PNG
 version_added: 0.1.0
 description:
-  - Draws, for every layer the gate judged, the exceedance curve (the share of steps slower
-    than a given time) of the step times measured without and with the layer, on log axes,
-    so that a tail that grew is visible at a glance next to a median that did not move.
+  - "Draws one panel per layer the gate judged and per workload it was judged on: the exceedance
+    curve (the share of steps at least that slow) of the step times measured without and with
+    the layer, on log axes, with the tail (the slowest 1% of steps, the gate's tail quantile)
+    shaded, so that a tail that grew is visible at a glance next to a median that did not move."
+  - Each panel's title names the layer, the workload and the outcome; the layer's one-line
+    verdict is printed under the axes, never over the curves.
   - "Meant to run on the controller (C(delegate_to: localhost)) at the end of a tune run."
   - Needs matplotlib on the Python that runs it; without it the module reports
     C(skipped) with the reason instead of failing.
@@ -28,8 +31,10 @@ options:
     required: true
   records:
     description:
-      - The per-layer records of a tune run. Each has C(layer), C(decision), and the raw
-        step times C(before_ms) and C(after_ms); layers without both are left out.
+      - The per-layer records of a tune run. Each has C(layer), C(decision), C(gate) (the
+        decision), and the raw step times per workload in C(samples) (per workload its C(without) and C(with) lists);
+        a record without C(samples) is drawn from C(before_ms) and C(after_ms), its primary
+        workload's steps. Layers without steps are left out.
     type: list
     elements: dict
     required: true
@@ -69,6 +74,11 @@ layers:
   returned: always
   type: list
   elements: str
+panels:
+  description: The panels drawn (or that would be), C(<layer> on <workload>).
+  returned: always
+  type: list
+  elements: str
 skipped:
   description: True when nothing was drawn (no gated layer, matplotlib missing, check mode).
   returned: always
@@ -84,6 +94,7 @@ import sys
 import textwrap
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.decision import verdict
 
 
 def exceedance(samples):
@@ -91,6 +102,116 @@ def exceedance(samples):
     values = sorted(float(v) for v in samples)
     n = len(values)
     return values, [(n - i) / float(n) for i in range(n)]
+
+
+def panels(records):
+    """One panel per layer and workload it was judged on: ``(layer, workload, record, without, with)``.
+
+    ``samples`` (``{workload: {without, with}}``) gives every workload; a record without it
+    has its primary workload's steps in ``before_ms`` / ``after_ms``."""
+    out = []
+    for rec in records:
+        gate = rec.get("gate") or {}
+        per = rec.get("samples") if isinstance(rec.get("samples"), dict) else {}
+        order = [w for w in gate.get("workloads_measured") or [] if w in per] + sorted(
+            w for w in per if w not in (gate.get("workloads_measured") or [])
+        )
+        shown = False
+        for w in order:
+            arms = per.get(w) or {}
+            if arms.get("without") and arms.get("with"):
+                out.append((rec.get("layer"), w, rec, arms["without"], arms["with"]))
+                shown = True
+        if not shown and rec.get("before_ms") and rec.get("after_ms"):
+            out.append(
+                (rec.get("layer"), gate.get("workload") or "its workload", rec, rec["before_ms"], rec["after_ms"])
+            )
+    return out
+
+
+def caption(rec, workload):
+    """The words under a panel: the layer's one-line verdict, and this workload's own decision
+    when the layer was judged on several."""
+    gate = rec.get("gate") or {}
+    text = verdict(gate) if gate else ""
+    mine = ((gate.get("workloads") or {}).get(workload) or {}) if len(gate.get("workloads") or {}) > 1 else {}
+    if mine.get("decision"):
+        text += " | on %s alone: %s" % (workload, mine["decision"])
+    return text
+
+
+def tail_quantile(rec):
+    gate = rec.get("gate") or {}
+    try:
+        return float((gate.get("tail") or {}).get("quantile") or 0.99)
+    except (TypeError, ValueError):
+        return 0.99
+
+
+def draw(plt, shown, title, wrap=110):
+    """The figure: per panel the exceedance curves without and with the layer on log axes, the
+    tail band shaded, the layer, workload and outcome above and the verdict below the axes."""
+    from matplotlib.gridspec import GridSpec
+    from matplotlib.ticker import FuncFormatter
+
+    height = 4.4 * len(shown) + 0.7
+    fig = plt.figure(figsize=(9, height))
+    grid = GridSpec(
+        2 * len(shown),
+        1,
+        figure=fig,
+        height_ratios=[3.2, 1.0] * len(shown),
+        hspace=0.2,
+        top=1.0 - 0.55 / height,
+        bottom=0.2 / height,
+    )
+    plain_number = FuncFormatter(lambda v, _pos: "%g" % v)
+    for i, (layer, workload, rec, without, with_) in enumerate(shown):
+        ax = fig.add_subplot(grid[2 * i, 0])
+        q = tail_quantile(rec)
+        smallest = 1.0
+        for label, steps, color in (("without the layer", without, "tab:blue"), ("with the layer", with_, "tab:red")):
+            xs, ys = exceedance(steps)
+            smallest = min(smallest, ys[-1])
+            ax.step(xs, ys, where="post", color=color, label="%s (%d steps)" % (label, len(xs)))
+        band = 1.0 - q
+        ax.axhspan(
+            smallest * 0.5,
+            band,
+            color="orange",
+            alpha=0.15,
+            lw=0,
+            label="the tail: slowest %g%% of steps" % (band * 100),
+        )
+        ax.axhline(band, color="grey", linestyle=":", linewidth=0.8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_ylim(smallest * 0.5, 1.05)
+        ax.xaxis.set_major_formatter(plain_number)
+        ax.xaxis.set_minor_formatter(plain_number)
+        ax.tick_params(axis="x", which="minor", labelsize=7)
+        ax.set_xlabel("step time (ms)", labelpad=1)
+        ax.set_ylabel("share of steps this slow or slower")
+        word = OUTCOME.get(rec.get("decision"), str(rec.get("decision") or ""))
+        ax.set_title("%s on %s: %s" % (layer, workload, word), loc="left", fontsize=10, fontweight="bold")
+        ax.legend(fontsize=7, loc="lower left")
+        ax.grid(True, which="major", alpha=0.3)
+        note = fig.add_subplot(grid[2 * i + 1, 0])
+        note.axis("off")
+        note.text(
+            0.0,
+            0.68,
+            "\n".join(textwrap.wrap(caption(rec, workload), wrap)),
+            fontsize=7.5,
+            va="top",
+            ha="left",
+            transform=note.transAxes,
+        )
+    fig.suptitle(title, fontsize=11, y=1.0 - 0.15 / height)
+    return fig
+
+
+OUTCOME = {"keep": "KEPT", "rollback": "ROLLED BACK", "inconclusive": "INCONCLUSIVE"}
 
 
 def main():
@@ -103,9 +224,15 @@ def main():
         supports_check_mode=True,
     )
     dest = module.params["dest"]
-    gated = [r for r in module.params["records"] if r.get("before_ms") and r.get("after_ms")]
-    result = {"changed": False, "dest": dest, "layers": [r.get("layer") for r in gated], "skipped": True}
-    if not gated:
+    shown = panels(module.params["records"])
+    result = {
+        "changed": False,
+        "dest": dest,
+        "layers": sorted({p[0] for p in shown}, key=[p[0] for p in shown].index),
+        "panels": ["%s on %s" % (p[0], p[1]) for p in shown],
+        "skipped": True,
+    }
+    if not shown:
         module.exit_json(reason="no layer was measured", **result)
     if module.check_mode:
         module.exit_json(reason="check mode", **result)
@@ -117,28 +244,12 @@ def main():
     except ImportError:
         module.exit_json(reason="matplotlib is not importable by %s" % sys.executable, **result)
 
-    fig, axes = plt.subplots(len(gated), 1, figsize=(8, 3.2 * len(gated)), squeeze=False)
-    for ax, rec in zip(axes[:, 0], gated):
-        for label, key, color in (("without layer", "before_ms", "tab:blue"), ("with layer", "after_ms", "tab:red")):
-            xs, ys = exceedance(rec[key])
-            ax.step(xs, ys, where="post", color=color, label="%s (n=%d)" % (label, len(xs)))
-        ax.axhline(0.01, color="grey", linestyle=":", linewidth=0.8)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("step time (ms)")
-        ax.set_ylabel("share of steps slower")
-        gate = rec.get("gate") or {}
-        ax.set_title("%s: %s" % (rec.get("layer"), (rec.get("decision") or "").upper()), loc="left", fontsize=10)
-        reason = "\n".join(textwrap.wrap(gate.get("reason") or "", 120)[:6])
-        ax.text(0.01, 0.02, reason, transform=ax.transAxes, fontsize=6, va="bottom")
-        ax.legend(fontsize=7, loc="upper right")
-    fig.suptitle(module.params["title"])
-    fig.tight_layout()
+    fig = draw(plt, shown, module.params["title"])
     try:
         directory = os.path.dirname(os.path.abspath(dest))
         if not os.path.isdir(directory):
             os.makedirs(directory)
-        fig.savefig(dest, dpi=90)
+        fig.savefig(dest, dpi=90, bbox_inches="tight")
     except (IOError, OSError) as exc:
         module.fail_json(msg="Failed to write plot %s: %s" % (dest, exc))
     finally:

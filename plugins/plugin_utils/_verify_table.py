@@ -16,6 +16,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.states import MEANINGS
+
 COLUMNS = ("setting", "expected", "live", "persisted", "at boot", "status", "other writers")
 VALUE_WIDTH = 22
 ELLIPSIS = "..."
@@ -74,9 +76,10 @@ def layer_title(result):
     counts = result.get("counts") or {}
     rows = result.get("settings") or []
     shown = ", ".join("%d %s" % (counts[k], k) for k in sorted(counts))
-    title = "%s [%s]" % (result.get("layer"), result.get("layer_state") or "?")
+    state = result.get("layer_state") or "?"
+    title = "%s [%s]" % (result.get("layer"), state)
     if not rows:
-        return title + ": no setting to verify (the layer holds nothing now)"
+        return title + ": no setting to verify (%s)" % (MEANINGS.get(state) or "the layer holds nothing now")
     return "%s: %d setting%s, %s" % (title, len(rows), "" if len(rows) == 1 else "s", shown)
 
 

@@ -26,7 +26,14 @@ with open(os.path.join(FIXTURES, "cases.json")) as _handle:
 
 
 def test_registered():
-    assert set(filters.FilterModule().filters()) == {"plan_lines", "outcome_lines", "next_commands", "report_markdown"}
+    assert set(filters.FilterModule().filters()) == {
+        "plan_lines",
+        "outcome_lines",
+        "next_commands",
+        "report_markdown",
+        "report_html",
+        "gate_verdict",
+    }
 
 
 @pytest.mark.parametrize("check_mode", [False, True], ids=["real", "check"])
@@ -108,9 +115,10 @@ RESULTS = [
 
 def test_outcome_lines():
     assert filters.outcome_lines(RESULTS, gate=False, report="r/id/h.md", next_steps=["check: make verify"]) == [
-        "kernel: kept (1 setting(s)) - kept: +3% ; pending reboot: kernel_arg:iommu, x",
-        "memory: ROLLED BACK (1 setting(s) restored) - p99 worse",
-        "nccl: kept (1 setting(s)), not measured (gate off)",
+        "kernel: kept (1 setting(s) changed) - keep: nothing measured worse (every change within the noise)"
+        " ; pending reboot: kernel_arg:iommu, x",
+        "memory: ROLLED BACK (1 setting(s) put back) - rolled back: p99 worse",
+        "nccl: kept (1 setting(s) changed), not measured (gate off)",
         "bios: nothing to change",
         "report: r/id/h.md",
         "next: check: make verify",
@@ -122,7 +130,7 @@ def test_outcome_lines():
         "memory: would change 1 setting(s) (check mode: nothing changed or measured)",
     ]
     assert checked[3] == "bios: nothing to change (check mode: nothing changed or measured)"
-    assert filters.outcome_lines(RESULTS[2:3], report="r.md")[0] == "nccl: kept (1 setting(s)), not measured"
+    assert filters.outcome_lines(RESULTS[2:3], report="r.md")[0] == "nccl: kept (1 setting(s) changed), not measured"
 
 
 @pytest.mark.parametrize(
@@ -152,3 +160,106 @@ def test_outcome_lines():
 )
 def test_next_commands(checkout, check_mode, expected):
     assert filters.next_commands(checkout, check_mode) == expected
+
+
+# ------------------------------------------------------------------ the two registers
+
+with open(os.path.join(FIXTURES, "decisions.json")) as _handle:
+    DECISIONS = json.load(_handle)  # trials run on simulated blocks: what gate_layer records
+
+
+def test_verdict_is_one_short_line_with_the_noise():
+    for name, decision in DECISIONS.items():
+        line = filters.gate_verdict(decision)
+        assert "\n" not in line and len(line) < 260, name
+        assert len(decision["reason"]) > 300 or name == "keep_improve"
+    assert filters.gate_verdict(DECISIONS["rollback_tail"]) == (
+        "rolled back: worse than allowed: tail (5%), stalled steps (0.5 points); throughput -5.3% ±6.4%, median step"
+        " +1.4% ±6.4%, tail +201.6% ±6.6%, stalled steps +2.0 points ±0.0; on train_step (also judged on"
+        " dataloader), 4 blocks per arm"
+    )
+    assert filters.gate_verdict(DECISIONS["noreg_keep_2wl"]).startswith("keep: nothing measured worse; throughput")
+    assert filters.gate_verdict(DECISIONS["improve_nothing"]).startswith("rolled back: no gain of the 2% asked for")
+
+
+@pytest.mark.parametrize(
+    "decision, expected",
+    [
+        ({}, "not measured"),
+        (
+            {"decision": "keep", "measurable": False, "seen_later": [{"id": "x", "effect": "next_boot"}]},
+            "not measured, kept: 1 change(s) take effect only at the next boot",
+        ),
+        (
+            {"decision": "keep", "measurable": False, "reason": "keep: not measurable on this host: none ..."},
+            "not measured, kept: no workload that sees this layer runs on this host",
+        ),
+        (
+            {"decision": "rollback", "cause": "workload_fails", "workload": "dl",
+             "failures": {"dl": {"on": [{"error": "RuntimeError: shm"}], "off": []}}},
+            "rolled back: the workload fails with this layer: RuntimeError: shm; on dl",
+        ),
+        # a decision of another trial: more fields, no blocks
+        (
+            {"decision": "keep", "mode": "live", "windows": 12, "throughput": {"ratio": 1.05, "resolution": 0.01},
+             "verdicts": {"throughput": "better"}, "something_new": [1]},
+            "keep: better: throughput; nothing worse; throughput +5.0% ±1.0%; 12 windows",
+        ),
+    ],
+)  # fmt: skip
+def test_verdict_reads_fields_defensively(decision, expected):
+    assert filters.gate_verdict(decision) == expected
+
+
+def test_details_keep_every_number():
+    decision = DECISIONS["rollback_tail"]
+    result = {"layer": "kernel", "policy": "improve", "decision": "rollback", "changed": True, "gate": decision,
+              "settings": [{"id": "sysctl:a", "expected": "1", "live": "1", "live_before": "0", "changed": True},
+                           {"id": "sysctl:b", "expected": "5", "live": "5", "live_before": "5", "changed": True}],
+              "pending_reboot": []}  # fmt: skip
+    text = filters.report_markdown([result], "h", "r", {}, budget={"min_blocks": 4, "max_blocks": 8})
+    table = text.split("## kernel", maxsplit=1)[0]
+    assert decision["reason"] not in table and "98.3%" not in table
+    details = text.split("### kernel: details")[1]
+    assert decision["reason"].replace("|", "/") in details
+    for w in ("train_step", "dataloader"):
+        tail = decision["workloads"][w]["tail"]
+        assert "%.4g ms" % tail["before"] in details and "%.4g ms" % tail["after"] in details
+    assert "98.3% confidence intervals" in details and "3 looks" in details
+    assert (
+        "at most 8 blocks per arm (with the layer, and without it) on each of 2 workload(s), so at most 32" in details
+    )
+    # a value that was already live is not counted among what the rollback put back
+    assert "1 setting(s) put back (sysctl:a)" in text
+    assert "| sysctl:b | 5 | 5 | 5 | no live change (already set); persisted, put back |" in text
+    assert filters.outcome_lines([result], report="r.md")[0].startswith("kernel: ROLLED BACK (1 setting(s) put back)")
+    decision = dict(decision, restored=["unit:/etc/sysctl.d/90.conf", "sysctl:a"])
+    text = filters.report_markdown([dict(result, gate=decision)], "h", "r", {})
+    assert "2 setting(s) put back (unit:/etc/sysctl.d/90.conf, sysctl:a)" in text
+
+
+def test_a_file_is_a_summary_and_a_diff():
+    row = {"id": "file:/etc/nccl.conf", "expected": "# Managed\nA=1\nB=2\n", "live": "# Managed\nA=1\nB=2\n",
+           "live_before": "A=1\n", "changed": True, "status": "changed"}  # fmt: skip
+    text = filters.report_markdown(
+        [{"layer": "nccl", "decision": "keep", "changed": True, "settings": [row], "gate": None}], "h", "r", {}
+    )
+    assert "| file:/etc/nccl.conf | 1 line | 3 lines | same as set | changed |" in text
+    assert (
+        "```diff\n--- file:/etc/nccl.conf before\n+++ file:/etc/nccl.conf as set\n"
+        "@@ -1 +1,3 @@\n+# Managed\n A=1\n+B=2\n```" in text
+    )
+    assert "# Managed" not in text.split("### nccl: details", maxsplit=1)[0]
+
+
+def test_html_has_the_same_content_escaped():
+    case = CASES[0]
+    text = filters.report_markdown(case["results"], "localhost", "run-0", case["fx"], plot=case["plot"])
+    html = filters.report_html(text)
+    assert html.startswith("<!DOCTYPE html>") and "<title>stacktune run run-0 on localhost</title>" in html
+    assert '<img src="localhost.png"' in html
+    assert html.count("<table>") == sum(1 for line in text.splitlines() if line.startswith("| --- |"))
+    assert "<script" not in filters.report_html("a <script>x</script> [l](javascript:alert(1)) ![i](/etc/passwd)")
+    assert "&lt;script&gt;" in filters.report_html("a <script>x</script>")
+    with pytest.raises(AnsibleFilterError, match="Markdown"):
+        filters.report_html(None)

@@ -114,7 +114,8 @@ def test_a_layer_that_holds_nothing_is_one_line(fakeroot):
     engine(fakeroot, "nccl").apply(NCCL, "run1")
     engine(fakeroot, "nccl").restore("original", "rollback")
     assert render_layer(engine(fakeroot, "nccl").verify()) == [
-        "nccl [restored]: no setting to verify (the layer holds nothing now)"
+        "nccl [restored]: no setting to verify (holds no setting: its plan had nothing to change on this host, or"
+        " rollback put it back to its state before stacktune)"
     ]
 
 
@@ -137,3 +138,20 @@ def test_values_are_short_cells(value, shown):
 def test_the_filter_refuses_what_is_no_layer_result():
     with pytest.raises(AnsibleFilterError, match="verify_table expects one layer's result"):
         verify_table(["kernel"])
+
+
+def test_every_journal_state_is_explained_in_the_legend_and_the_docs():
+    from ansible_collections.stacktune.gpu.plugins.filter.verify_table import journal_state_legend
+    from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import STATES
+    from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.states import MEANINGS
+
+    assert set(STATES) | {"unreadable"} == set(MEANINGS)
+    assert journal_state_legend(["kept", "restored", "kept"]) == [
+        "kept: " + MEANINGS["kept"],
+        "restored: " + MEANINGS["restored"],
+    ]
+    docs = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "docs", "layers.md")
+    with open(docs) as handle:
+        text = handle.read()
+    for state in MEANINGS:
+        assert "| `%s` |" % state in text, state

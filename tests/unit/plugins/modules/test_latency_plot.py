@@ -1,0 +1,80 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The latency plot: one panel per layer and workload it was judged on, the caption (the verdict)
+under the axes, the tail band shaded, the workload named in each panel's title."""
+
+from __future__ import absolute_import, division, print_function
+
+import json
+import os
+import random
+
+import pytest
+
+from ansible_collections.stacktune.gpu.plugins.modules import latency_plot
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "report")
+with open(os.path.join(FIXTURES, "decisions.json")) as _handle:
+    DECISIONS = json.load(_handle)
+
+
+def steps(seed, n=400, level=10.0):
+    rng = random.Random(seed)
+    return [level * (1.0 + rng.random() * 0.1) for _unused in range(n)]
+
+
+def records():
+    return [
+        {"layer": "kernel", "decision": "rollback", "gate": DECISIONS["rollback_tail"],
+         "before_ms": steps(1), "after_ms": steps(2),
+         "samples": {"dataloader": {"without": steps(3), "with": steps(4)},
+                     "train_step": {"without": steps(1), "with": steps(2)}}},
+        # a record of an older run: only the primary workload's steps
+        {"layer": "nccl", "decision": "keep", "gate": DECISIONS["keep_improve"], "before_ms": steps(5),
+         "after_ms": steps(6)},
+        {"layer": "bios", "decision": "none", "gate": None, "before_ms": [], "after_ms": []},
+    ]  # fmt: skip
+
+
+def test_one_panel_per_layer_and_workload_in_the_order_judged():
+    shown = latency_plot.panels(records())
+    assert [(p[0], p[1]) for p in shown] == [
+        ("kernel", "train_step"),
+        ("kernel", "dataloader"),
+        ("nccl", "train_step"),
+    ]
+
+
+def test_caption_is_the_verdict_and_the_workloads_own_decision():
+    rec = records()[0]
+    text = latency_plot.caption(rec, "dataloader")
+    assert text.startswith("rolled back: worse than allowed: tail (5%)")
+    assert text.endswith("| on dataloader alone: rollback")
+
+
+def test_the_figure_puts_the_caption_outside_the_axes(tmp_path):
+    matplotlib = pytest.importorskip("matplotlib", reason="matplotlib draws the plot")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = latency_plot.panels(records())
+    fig = latency_plot.draw(plt, shown, "stacktune run on h")
+    try:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        plots = [ax for ax in fig.axes if ax.axison]
+        notes = [ax for ax in fig.axes if not ax.axison]
+        assert len(plots) == len(notes) == 3
+        for ax, note in zip(plots, notes):
+            assert " on " in ax.get_title(loc="left")
+            caption = note.texts[0].get_window_extent(renderer)
+            box = ax.get_window_extent(renderer)
+            assert caption.y1 < box.y0, "the caption overlaps the axes"
+            # the tail band: a shaded span up to the share of the slowest 1%
+            assert any(abs(p.get_extents().y1 - ax.transData.transform((1, 0.01))[1]) < 1.5 for p in ax.patches)
+        fig.savefig(str(tmp_path / "p.png"))
+        assert (tmp_path / "p.png").stat().st_size > 10000
+    finally:
+        plt.close(fig)
