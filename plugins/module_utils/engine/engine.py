@@ -166,18 +166,16 @@ class Engine(UnitFiles):
                     }
                 )
                 continue
-            at_least = spec.get("at_least", False)
-            if not isinstance(at_least, bool):
-                raise SpecError("settings[%d].at_least must be true or false, got %r" % (index, at_least))
+            for flag in ("at_least", "seen_running"):
+                if spec.get(flag) is not None and not isinstance(spec[flag], bool):
+                    raise SpecError("settings[%d].%s must be true or false, got %r" % (index, flag, spec[flag]))
+            at_least, running = spec.get("at_least") or False, spec.get("seen_running")
             effect = spec.get("takes_effect")
             if effect is not None and effect not in EFFECTS:
                 raise SpecError(
                     "%ssettings[%d].takes_effect must be one of %s, got %r"
                     % ("%s: " % spec["var"] if spec.get("var") else "", index, ", ".join(EFFECTS), effect)
                 )
-            running = spec.get("seen_running")
-            if running is not None and not isinstance(running, bool):
-                raise SpecError("settings[%d].seen_running must be true or false, got %r" % (index, running))
             for s in expanded:
                 if s["id"] in seen:
                     raise SpecError("settings[%d]: %s is requested twice" % (index, s["id"]))
@@ -343,10 +341,7 @@ class Engine(UnitFiles):
         if wrote:
             row["effect"] = effect
             if effect == "now":
-                kind = KINDS[s["kind"]]
-                running = s.get("seen_running")
-                row["seen_running"] = kind.seen_running(s) if running is None else running
-                row["settle_s"] = kind.settle_s
+                row.update(KINDS[s["kind"]].running_fields(s))
         if before is not None:
             row["live_before"] = before["live"]
             row["persisted_before"] = before["persisted"] if before["unit"] is not None else None

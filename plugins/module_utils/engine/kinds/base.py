@@ -152,6 +152,11 @@ class Kind(object):
         A setting's own ``seen_running`` (from the layer's policy) comes before this."""
         return self.running and not self.reboot
 
+    def running_fields(self, s):
+        """What a row of a change seen now says of a running process: ``seen_running``, ``settle_s``."""
+        given = s.get("seen_running")
+        return {"seen_running": self.seen_running(s) if given is None else given, "settle_s": self.settle_s}
+
     def write_rank(self, s):
         """Settings of lower rank are written first, live and at boot (0: a value whose write
         resets others, such as a block queue's scheduler, which resets nr_requests)."""
