@@ -6,7 +6,7 @@
 #                               (from Debian's prometheus package) in .venv/bin for the
 #                               metrics tests
 #   tools/bootstrap.sh cores -> one venv per line of requirements-cores.txt under
-#                               $CORES_VENVS (.venv-cores): that line's ansible bundle, the
+#                               $CORES_VENVS (.venv/cores): that line's ansible bundle, the
 #                               runtime requirements less their own bundle, and
 #                               requirements-unit.txt (the other ansible-core versions the
 #                               tests run on: make cores)
@@ -32,7 +32,7 @@ apt_install() {
 }
 
 if [ "$what" = "cores" ]; then
-  cores_venvs="${CORES_VENVS:-.venv-cores}"
+  cores_venvs="${CORES_VENVS:-${VENV:-.venv}/cores}"
   mkdir -p "$cores_venvs"
   # the lowest Python a line asks for (python_version >= "X.Y"): python3 when new enough, else
   # pythonX.Y or a later one on PATH or under pyenv

@@ -106,7 +106,9 @@ def test_the_files_are_there():
 def test_no_template_result_is_a_bare_null(path):
     with open(path) as handle:
         data = yaml.safe_load(handle)
-    found = ["%s: %s" % (where, " ".join(text.split())) for where, text in _strings(data, "") if whole_template_none(text)]
+    found = [
+        "%s: %s" % (where, " ".join(text.split())) for where, text in _strings(data, "") if whole_template_none(text)
+    ]
     assert not found, "%s: a whole template that can be null renders '' before ansible-core 2.19:\n%s" % (
         os.path.relpath(path, REPO),
         "\n".join(found),
