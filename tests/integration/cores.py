@@ -32,7 +32,7 @@ from safety import HASH_SCRIPT
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 SCENARIO = os.path.join(REPO, "extensions", "molecule", "cores")
-HOST = "cores-a"
+HOST = os.environ.get("STACKTUNE_CORES_HOST", "cores-a")
 TAIL_STALL = os.path.join(REPO, "extensions", "molecule", "gate", "roles", "tail_stall")
 STEP = ["python3", "/usr/local/bin/stacktune-test-step", "--steps", "520"]
 # What the layers manage on the container, hashed before the tune and after the rollback:
