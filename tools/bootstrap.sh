@@ -65,7 +65,7 @@ if [ "$what" = "cores" ]; then
     "$dest/bin/python" -m pip install -q --no-compile "$bundle" \
       -r <(grep -vE '^ansible[<>=!~ ]' requirements.txt) -r requirements-unit.txt
     touch "$stamp_file"
-    echo "stacktune: $dest: $("$dest/bin/ansible" --version | head -n1) on $("$dest/bin/python" -V)"
+    echo "stacktune: $dest: $("$dest/bin/ansible" --version | sed -n 1p) on $("$dest/bin/python" -V)"
   done
   exit 0
 fi

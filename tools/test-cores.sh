@@ -16,7 +16,7 @@ while IFS= read -r major; do
 done < <(grep -E '^ansible[<>=!~ ]' requirements-cores.txt | grep -oE '>=[0-9]+' | tr -dc '0-9\n')
 
 for v in "${venvs[@]}"; do
-  core="$("$v/bin/ansible" --version | head -n1 | grep -oE '[0-9]+\.[0-9]+\.[0-9]+')"
+  core="$("$v/bin/ansible" --version | sed -n 1p | grep -oE '[0-9]+\.[0-9]+\.[0-9]+')"
   if [[ " $steps " == *" sanity "* ]]; then
     echo "== ansible-core $core: ansible-test sanity ($(date -u +%T))"
     VENV="$v" tools/sanity.sh
