@@ -59,6 +59,8 @@ class Connection(PodmanConnection):
         if not self._connected:
             self._connect()
         args = ["exec", "-i"]
-        if self.user:
-            args.extend(("--user", self.user))
+        # older containers.podman keep the user in self.user, newer ones (1.20) only as the option
+        user = getattr(self, "user", None) or self.get_option("remote_user")
+        if user:
+            args.extend(("--user", user))
         return self._podman(args, shlex.split(to_native(cmd, errors="surrogate_or_strict")), in_data)
