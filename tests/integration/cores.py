@@ -153,7 +153,7 @@ def playbook(venv, work, name, playbook_path, inventory, extra):
             stderr=subprocess.STDOUT,
             env=environment(os.path.join(work, "ansible-home")),
             cwd=work,
-            timeout=900,
+            timeout=1800,
             check=False,
         )
     with open(log) as handle:
