@@ -12,6 +12,10 @@ export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/collections
 export ANSIBLE_HOME := $(HOME)/.cache/stacktune/ansible-home
 export CONTAINERS_CONF := $(CURDIR)/tests/molecule/containers.conf
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+# The venvs of the other supported ansible-core versions (requirements-cores.txt), inside
+# .venv so that every tool that skips .venv skips them too: make cores
+CORES_VENVS ?= $(VENV)/cores
+export CORES_VENVS
 # Extra arguments for ansible-playbook, e.g. make tune ARGS="--check --diff"
 ARGS ?=
 # Extra arguments for benchmarks/gate_replay.py in make bench-gate, e.g. REPLAY_ARGS="--draws 50"
@@ -20,7 +24,7 @@ REPLAY_ARGS ?=
 SCENARIOS ?= default layers gate failures privileged fleet cpuio cpuio_tree grubby_tree safety
 PY_SOURCES := plugins tests benchmarks
 
-.PHONY: tune verify drift rollback calibrate facts test lint sanity unit installed molecule test-safety test-gpu bench bench-gate bench-facts bench-drift deps-run deps-test image clean
+.PHONY: tune verify drift rollback calibrate facts test lint sanity unit installed molecule cores deps-cores test-safety test-gpu bench bench-gate bench-facts bench-drift deps-run deps-test image clean
 
 ## make tune: set up .venv and tune this machine (ansible-playbook tune.yml, local inventory)
 tune: deps-run
@@ -46,7 +50,7 @@ calibrate: deps-run
 facts: deps-run
 	ansible-playbook playbooks/facts.yml $(ARGS)
 
-## make test: every check CI runs: lint, sanity, unit tests, the installed collection, molecule scenarios
+## make test: every check CI runs: lint, sanity, unit tests, the installed collection, molecule scenarios, the other ansible-core versions
 test: deps-test lint sanity unit installed molecule
 
 deps-run:
@@ -54,6 +58,9 @@ deps-run:
 
 deps-test:
 	@tools/bootstrap.sh test
+
+deps-cores:
+	@tools/bootstrap.sh cores
 
 lint: deps-test
 	ruff check $(PY_SOURCES)
@@ -78,6 +85,10 @@ image: deps-test
 
 molecule: image
 	@set -e; for s in $(SCENARIOS); do echo "== molecule scenario $$s ($$(date -u +%T))"; molecule test -s $$s; done
+
+## make cores: sanity, unit tests and the cores scenario (tune, gate, rollback) on every other supported ansible-core
+cores: deps-test deps-cores image
+	tools/test-cores.sh
 
 ## make test-safety: only the safety scenario (bad input, kill points, lock, check fidelity, rollback, hygiene)
 test-safety: image

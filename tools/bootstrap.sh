@@ -5,6 +5,11 @@
 #                               runc and debootstrap for the molecule scenarios, and promtool
 #                               (from Debian's prometheus package) in .venv/bin for the
 #                               metrics tests
+#   tools/bootstrap.sh cores -> one venv per line of requirements-cores.txt under
+#                               $CORES_VENVS (.venv/cores): that line's ansible bundle, the
+#                               runtime requirements less their own bundle, and
+#                               requirements-unit.txt (the other ansible-core versions the
+#                               tests run on: make cores)
 # Re-running is cheap: each step is skipped when already done.
 set -euo pipefail
 what="${1:-run}"
@@ -26,6 +31,45 @@ apt_install() {
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 }
 
+if [ "$what" = "cores" ]; then
+  cores_venvs="${CORES_VENVS:-${VENV:-.venv}/cores}"
+  mkdir -p "$cores_venvs"
+  # the lowest Python a line asks for (python_version >= "X.Y"): python3 when new enough, else
+  # pythonX.Y or a later one on PATH or under pyenv
+  python_for() {
+    local want="$1" cand
+    [ -z "$want" ] && { echo "$python"; return 0; }
+    for cand in "$python" $(for m in 3.14 3.13 3.12; do echo "python$m"; done) \
+      $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[2-9]*/bin/python3 2>/dev/null); do
+      command -v "$cand" >/dev/null 2>&1 || [ -x "$cand" ] || continue
+      "$cand" -c "import sys; sys.exit(sys.version_info[:2] < tuple(map(int, '$want'.split('.'))))" 2>/dev/null \
+        && "$cand" -c 'import ensurepip, venv' 2>/dev/null && { echo "$cand"; return 0; }
+    done
+    return 1
+  }
+  grep -E '^ansible[<>=!~ ]' requirements-cores.txt | while IFS= read -r line; do
+    bundle="${line%%;*}"
+    bundle="${bundle%% }"
+    major="$(echo "$bundle" | grep -oE '>=[0-9]+' | head -n1 | tr -dc '0-9')"
+    want="$(echo "$line" | grep -oE 'python_version *>= *"[0-9.]+"' | grep -oE '[0-9]+\.[0-9]+' || true)"
+    dest="$cores_venvs/ansible-$major"
+    stamp_file="$dest/.stamp-cores-$( (echo "$line"; grep -vE '^ansible[<>=!~ ]' requirements.txt; cat requirements-unit.txt) | sha256sum | cut -c1-16)"
+    [ -e "$stamp_file" ] && continue
+    if ! interpreter="$(python_for "$want")"; then
+      echo "stacktune: $bundle needs Python $want or later for its controller; none found (python3 is $("$python" -V 2>&1)). Install one (or set PYTHON) and run again" >&2
+      exit 1
+    fi
+    rm -rf "$dest"
+    "$interpreter" -m venv "$dest"
+    # --no-compile: the bundles are large and the tests import a small part of them
+    "$dest/bin/python" -m pip install -q --no-compile "$bundle" \
+      -r <(grep -vE '^ansible[<>=!~ ]' requirements.txt) -r requirements-unit.txt
+    touch "$stamp_file"
+    echo "stacktune: $dest: $("$dest/bin/ansible" --version | sed -n 1p) on $("$dest/bin/python" -V)"
+  done
+  exit 0
+fi
+
 if [ ! -x "$venv/bin/python" ]; then
   if ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
     apt_install python3-venv
@@ -33,7 +77,8 @@ if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv"
 fi
 
-stamp() { echo "$venv/.stamp-$1-$(cat "$2" requirements.txt | sha256sum | cut -c1-16)"; }
+# a stamp per step, named by the hash of the requirement files it installed
+stamp() { local name="$1"; shift; echo "$venv/.stamp-$name-$(cat "$@" requirements.txt | sha256sum | cut -c1-16)"; }
 
 run_stamp="$(stamp run requirements.txt)"
 if [ ! -e "$run_stamp" ]; then
@@ -61,7 +106,7 @@ promtool_install() {
 }
 
 if [ "$what" = "test" ]; then
-  test_stamp="$(stamp test requirements-test.txt)"
+  test_stamp="$(stamp test requirements-test.txt requirements-unit.txt)"
   if [ ! -e "$test_stamp" ]; then
     "$venv/bin/python" -m pip install -q -r requirements-test.txt
     touch "$test_stamp"

@@ -2,7 +2,7 @@
 # The changelog as a release would build it, without writing into the tree:
 # `antsibull-changelog lint` here, then `antsibull-changelog release` for galaxy.yml's version
 # on a copy placed where ansible-doc finds it (.../ansible_collections/stacktune/gpu), and
-# checks of what that release wrote: CHANGELOG.md (no .rst), a release summary of its own,
+# checks of what that release wrote (and, first, that CHANGELOG.md is generated from the releases): CHANGELOG.md (no .rst), a release summary of its own,
 # no "Removed Features" unless an earlier release deprecated something, every plugin whose
 # version_added is this version listed as new, and every fragment moved to the archive.
 set -euo pipefail
@@ -19,6 +19,17 @@ git ls-files -z --cached --others --exclude-standard | grep -zv '^collections/' 
   | while IFS= read -r -d '' f; do if [ -e "$f" ] || [ -L "$f" ]; then printf '%s\0' "$f"; fi; done \
   | xargs -0 cp --parents -P -t "$dest/"
 version="$(python -c 'import yaml; print(yaml.safe_load(open("galaxy.yml"))["version"])')"
+# CHANGELOG.md is the released history, as antsibull-changelog generates it from
+# changelogs/changelog.yaml (a release adds its fragments there and writes it again)
+(
+  cd "$dest"
+  ANSIBLE_COLLECTIONS_PATH="$work" antsibull-changelog generate
+)
+if ! cmp -s "$dest/CHANGELOG.md" CHANGELOG.md; then
+  echo "changelog: CHANGELOG.md is not what antsibull-changelog generate writes from changelogs/changelog.yaml:" >&2
+  diff -u CHANGELOG.md "$dest/CHANGELOG.md" >&2 || true
+  exit 1
+fi
 (
   cd "$dest"
   ANSIBLE_COLLECTIONS_PATH="$work" antsibull-changelog release --version "$version" --date 2000-01-01

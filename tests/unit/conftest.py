@@ -1,12 +1,41 @@
 """Shared fixtures for the unit tests."""
 
+import contextlib
 import hashlib
+import json
 import os
 import re
 import shutil
 import subprocess
+import sys
+import types
 
 import pytest
+
+
+def _patch_module_args_before_2_19():
+    """ansible.module_utils.testing.patch_module_args where ansible-core (before 2.19) has none:
+    the module arguments handed to AnsibleModule the way those versions read them."""
+    try:
+        import ansible.module_utils.testing  # noqa: F401
+    except ImportError:
+        from ansible.module_utils import basic
+
+        @contextlib.contextmanager
+        def patch_module_args(args=None):
+            saved = basic._ANSIBLE_ARGS
+            basic._ANSIBLE_ARGS = json.dumps({"ANSIBLE_MODULE_ARGS": args or {}}).encode("utf-8")
+            try:
+                yield
+            finally:
+                basic._ANSIBLE_ARGS = saved
+
+        shim = types.ModuleType("ansible.module_utils.testing")
+        shim.patch_module_args = patch_module_args
+        sys.modules["ansible.module_utils.testing"] = shim
+
+
+_patch_module_args_before_2_19()
 
 
 def write(root, path, text):

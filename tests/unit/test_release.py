@@ -123,7 +123,13 @@ def test_the_execution_environment_runs_the_ansible_core_the_collection_requires
     assert found, spec
     assert version(found.group(1)) == version(lowest)[: len(version(found.group(1)))], (spec, required)
     assert version(found.group(2)) > version(lowest), (spec, required)
-    assert {c["name"] for c in EE["dependencies"]["galaxy"]["collections"]} == set(GALAXY["dependencies"])
+
+
+def test_the_execution_environment_takes_the_collections_from_galaxy_yml_only():
+    """No list of collections of its own: installing the tarball brings galaxy.yml's dependencies."""
+    assert "galaxy" not in EE["dependencies"], EE["dependencies"]["galaxy"]
+    step = [s for s in EE["additional_build_steps"]["append_final"] if s.startswith("RUN ")][0]
+    assert 'ansible-galaxy collection install "$1"' in step and "--offline" not in step, step
 
 
 def test_the_execution_environment_installs_controller_needs_only():
@@ -154,7 +160,7 @@ def test_the_image_build_fails_without_exactly_one_collection_tarball(tmp_path, 
     run = subprocess.run(["sh", "-c", _install_step(tmp_path)], check=False, capture_output=True, text=True)
     assert (run.returncode == 0) is installs, run.stderr
     if installs:
-        assert run.stdout.startswith("installs --offline %s/%s " % (tmp_path, tarballs[0]))
+        assert run.stdout.startswith("installs %s/%s " % (tmp_path, tarballs[0]))
     else:
         assert "want exactly one collection tarball in dist/" in run.stderr
 
@@ -179,7 +185,8 @@ TARBALL_TOP = {
 
 
 @pytest.fixture(scope="module")
-def tarball(tmp_path_factory):
+def tarball_files(tmp_path_factory):
+    """Every entry of the built tarball: its size, None for a directory."""
     galaxy = shutil.which("ansible-galaxy")
     if galaxy is None:
         pytest.skip("ansible-galaxy is not on PATH")
@@ -189,7 +196,12 @@ def tarball(tmp_path_factory):
     )
     path = out / ("stacktune-gpu-%s.tar.gz" % GALAXY["version"])
     with tarfile.open(str(path)) as archive:
-        return archive.getnames()
+        return {m.name: (m.size if m.isfile() else None) for m in archive.getmembers()}
+
+
+@pytest.fixture(scope="module")
+def tarball(tarball_files):
+    return sorted(tarball_files)
 
 
 def test_the_tarball_holds_what_an_installed_user_runs_and_no_developer_tools(tarball):
@@ -210,3 +222,32 @@ def test_the_tarball_holds_what_an_installed_user_runs_and_no_developer_tools(ta
         assert needed in tarball, needed
     assert not [n for n in tarball if n.startswith("changelogs/fragments")]
     assert not [n for n in tarball if "/molecule/" in n or n.endswith((".pyc", "/pytest.ini"))]
+
+
+# Files an installed collection may hold that are empty by design: a package's __init__.py.
+EMPTY_OK = ("__init__.py",)
+LEFTOVERS = (".tmp", ".orig", ".rej", ".bak", ".swp", "~", ".pyc")
+
+
+def test_every_file_in_the_tarball_is_a_tracked_file_of_the_repository(tarball_files):
+    tracked = set(
+        subprocess.run(["git", "ls-files"], cwd=REPO, check=True, capture_output=True, text=True).stdout.splitlines()
+    )
+    files = sorted(name for name, size in tarball_files.items() if size is not None)
+    generated = {"FILES.json", "MANIFEST.json"}
+    assert len(files) > 100, files
+    stray = [name for name in files if name not in tracked and name not in generated]
+    assert not stray, "the tarball holds files git does not track: %s" % stray
+
+
+def test_the_tarball_holds_no_leftover_and_no_empty_file(tarball_files):
+    sizes = {name: size for name, size in tarball_files.items() if size is not None}
+    leftovers = [name for name in sizes if name.endswith(LEFTOVERS)]
+    assert not leftovers, leftovers
+    empty = [name for name, size in sizes.items() if size == 0 and not name.endswith(EMPTY_OK)]
+    assert not empty, "empty files in the tarball: %s" % empty
+
+
+def test_the_tarball_holds_no_developer_requirement_file(tarball):
+    top = {name.split("/")[0] for name in tarball}
+    assert not {n for n in top if n.startswith("requirements") and n != "requirements-ee.txt"}, sorted(top)

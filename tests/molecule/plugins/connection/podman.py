@@ -42,6 +42,31 @@ options:
     default: podman
     vars:
       - name: ansible_podman_executable
+  # the options containers.podman 1.20 (the ansible 13 bundle) reads; older ones ignore them
+  container_timeout:
+    description: Seconds a podman call may take (0 - no limit).
+    default: 0
+    type: int
+  mount_detection:
+    description: Copy files through the container's mount point (off - podman cp).
+    default: false
+    type: bool
+  ignore_mount_errors:
+    description: Go on without the mount point when mounting fails.
+    default: true
+    type: bool
+  extra_env_vars:
+    description: Environment variables for every podman exec.
+    default: {}
+    type: dict
+  privilege_escalation_method:
+    description: How become runs a command in the container.
+    default: auto
+    choices: [auto, sudo, su, none]
+    type: str
+  working_directory:
+    description: The working directory of every podman exec.
+    type: str
 """
 
 
@@ -54,11 +79,14 @@ class Connection(PodmanConnection):
         return not wrap_async
 
     def exec_command(self, cmd, in_data=None, sudoable=False):
-        if in_data is None:
+        # containers.podman 1.20 and later pipe in_data through podman exec -i themselves
+        if in_data is None or not hasattr(self, "_podman"):
             return super().exec_command(cmd, in_data=in_data, sudoable=sudoable)
         if not self._connected:
             self._connect()
         args = ["exec", "-i"]
-        if self.user:
-            args.extend(("--user", self.user))
+        # older containers.podman keep the user in self.user, newer ones (1.20) only as the option
+        user = getattr(self, "user", None) or self.get_option("remote_user")
+        if user:
+            args.extend(("--user", user))
         return self._podman(args, shlex.split(to_native(cmd, errors="surrogate_or_strict")), in_data)

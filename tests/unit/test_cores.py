@@ -1,0 +1,76 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The ansible-core versions the collection declares are the ones it is tested on.
+
+meta/runtime.yml's requires_ansible, every role's min_ansible_version, the execution
+environment's ansible-core range and the venvs of `make cores` (requirements-cores.txt) with
+the main one (requirements.txt) say the same: 2.16 to 2.20, each tested.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import glob
+import os
+import re
+
+import yaml
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# the ansible bundle's major version -> the ansible-core it carries
+CORE_OF_BUNDLE = {9: (2, 16), 10: (2, 17), 11: (2, 18), 12: (2, 19), 13: (2, 20)}
+
+
+def _bundles(name):
+    """The major versions of the ansible bundles a requirements file names, in order."""
+    with open(os.path.join(REPO, name)) as handle:
+        lines = [line.split("#")[0].strip() for line in handle]
+    found = [re.match(r"^ansible>=([0-9]+)\.[0-9.]+,<([0-9]+)", line) for line in lines]
+    for match in found:
+        if match:
+            assert int(match.group(2)) == int(match.group(1)) + 1, "%s: one bundle major per line" % name
+    return [int(m.group(1)) for m in found if m]
+
+
+def _cores():
+    main = _bundles("requirements.txt")
+    assert len(main) == 1
+    others = _bundles("requirements-cores.txt")
+    assert main[0] not in others, "the main version is not tested twice"
+    return sorted(CORE_OF_BUNDLE[m] for m in main + others)
+
+
+def test_every_supported_core_is_tested_once():
+    assert _cores() == [(2, 16), (2, 17), (2, 18), (2, 19), (2, 20)]
+
+
+def test_requires_ansible_is_the_oldest_tested_core():
+    with open(os.path.join(REPO, "meta", "runtime.yml")) as handle:
+        required = yaml.safe_load(handle)["requires_ansible"]
+    assert required == ">=%d.%d.0" % _cores()[0], required
+
+
+def test_every_role_declares_the_oldest_tested_core():
+    metas = sorted(glob.glob(os.path.join(REPO, "roles", "*", "meta", "main.yml")))
+    metas += sorted(glob.glob(os.path.join(REPO, "extensions", "molecule", "*", "roles", "*", "meta", "main.yml")))
+    assert len(metas) > 10
+    for path in metas:
+        with open(path) as handle:
+            declared = str(yaml.safe_load(handle)["galaxy_info"]["min_ansible_version"])
+        assert declared == "%d.%d" % _cores()[0], "%s: min_ansible_version %s" % (os.path.relpath(path, REPO), declared)
+
+
+def test_the_execution_environment_allows_every_tested_core_and_no_newer():
+    with open(os.path.join(REPO, "execution-environment.yml")) as handle:
+        spec = yaml.safe_load(handle)["dependencies"]["ansible_core"]["package_pip"]
+    newest = _cores()[-1]
+    assert spec == "ansible-core>=%d.%d,<%d.%d" % (_cores()[0] + (newest[0], newest[1] + 1)), spec
+
+
+def test_the_newest_core_names_the_python_it_needs():
+    with open(os.path.join(REPO, "requirements-cores.txt")) as handle:
+        line = [x for x in handle if x.startswith("ansible>=13")][0]
+    assert 'python_version >= "3.12"' in line, line
