@@ -15,6 +15,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
+import random
 import time
 
 from ansible.errors import AnsibleActionFail
@@ -23,11 +24,19 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import JOURNAL_DIR
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.calibration import calibrate
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import GateSettingError, check_settings
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import (
+    GateSettingError,
+    check_settings,
+    live_settings,
+)
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import (
+    LIVE_DROP_STEPS,
     Trial,
     WorkloadBroken,
+    block_cost,
     changes_seen_later,
+    combine,
+    live_plan,
     resolve_workloads,
     unmeasurable_reason,
     unseen_reason,
@@ -41,7 +50,7 @@ display = Display()
 
 BENCH_KEYS = ("command", "python", "size", "steps", "warmup", "timeout", "device", "workers", "env", "data_dir")
 # options of the measurement that are the gate's, not the bench module's
-GATE_BENCH_KEYS = ("runner", "steps_by_workload")
+GATE_BENCH_KEYS = ("runner", "steps_by_workload", "live", "live_command")
 # How a block that did not run to its end failed; these are measurements of the layer
 # (the bench module's ``failure``), anything else is an error of the run.
 WORKLOAD_FAILURES = ("exit", "hang", "error", "output")
@@ -120,15 +129,16 @@ class ActionModule(ActionBase):
             names.extend(w for w in more if w not in names)
         return [w for w in names if w != "command"]
 
-    def _start_runner(self, workloads, bench, task_vars):
+    def _start_runner(self, workloads, bench, task_vars, for_live=False):
         """A warm parent for the built-in workloads' blocks (the bench module's runner), or None.
 
         With ``runner_socket`` (the runner an earlier layer of this run left), that runner is
-        used while it answers; otherwise one is started."""
+        used while it answers; otherwise one is started. A live trial needs one whatever its
+        workloads are: the runner holds the user's program too, and reads its steps."""
         wanted = self._runner_wanted
-        if not bench.get("runner", True) or not wanted or all(w == "command" for w in workloads):
+        if not for_live and (not bench.get("runner", True) or not wanted or all(w == "command" for w in workloads)):
             return None
-        args = {"runner_state": "started", "workload": wanted[0], "runner_workloads": wanted}
+        args = {"runner_state": "started", "workload": (wanted or ["cpu_train_step"])[0], "runner_workloads": wanted}
         if self._task.args.get("runner_socket"):
             args["runner_socket"] = self._task.args["runner_socket"]
         if bench.get("python"):
@@ -140,6 +150,8 @@ class ActionModule(ActionBase):
         except LeaseLost:
             raise
         except ModuleFailed as exc:
+            if for_live:
+                raise
             display.warning("blocks start fresh interpreters: %s" % exc)
             return None
         if res.get("runner_reused"):
@@ -280,7 +292,6 @@ class ActionModule(ActionBase):
 
         per_arm = int(settings.get("max_blocks") or 0)
         progress = {"n": 0, "most": 2 * per_arm * len(workloads), "arm": {}}
-        display.display("    %s: %s" % (a["layer"], budget_words(settings, workloads)))
 
         def measure(workload):
             guard.check()
@@ -315,11 +326,23 @@ class ActionModule(ActionBase):
             )
             return out
 
-        trial = Trial(workloads, set_layer, measure, policy, settings, time.monotonic)
+        live, live_info = live_plan(changes, workloads, bench, wanted=bench.get("live", True) is not False)
+        if not live:
+            display.display("    %s: %s" % (a["layer"], budget_words(settings, workloads)))
+        trial = None if live else Trial(workloads, set_layer, measure, policy, settings, time.monotonic)
         with guard:
             try:
-                self._runner = self._start_runner(workloads, bench, task_vars)
-                decision = trial.run()
+                self._runner = self._start_runner(workloads, bench, task_vars, for_live=live)
+                if live:
+                    decision, samples = self._live(
+                        workloads, bench, settings, policy, live_info, set_layer, guard, state, task_vars
+                    )
+                else:
+                    decision = trial.run()
+                    decision["live"] = {"used": False, "why": live_info}
+                    samples = {w: trial.samples(w) for w in workloads}
+                if decision["decision"] == "keep" and not state["on"]:
+                    set_layer(True)  # a live trial may end on a window without the layer
                 if self._task.args.get("keep_runner"):
                     # the next layer of the run uses it; it ends with the run's lease in any case
                     result["runner_socket"] = self._runner
@@ -349,10 +372,123 @@ class ActionModule(ActionBase):
         result.update(
             changed=True,
             gate=decision,
-            samples=trial.samples(decision.get("workload", workloads[0])),
-            samples_by_workload={w: trial.samples(w) for w in workloads},
+            samples=samples.get(decision.get("workload"), samples[workloads[0]]),
+            samples_by_workload=samples,
         )
         return result
+
+    def _live(self, workloads, bench, settings, policy, drop_s, set_layer, guard, state, task_vars):
+        """The live trial: per workload, ONE process runs while the layer is switched between
+        windows of its steps (A B B A or B A A B quads at random); the windows are the blocks.
+        Returns the combined decision and the steps per workload and arm."""
+        a = self._task.args
+        s = live_settings(settings)
+        window_s = float(settings["window_s"])
+        results, samples, cost = {}, {}, {}
+        totals = {"with": 0, "without": 0, "toggles": 0, "start_s": 0.0, "windows_s": 0.0, "measured_s": 0.0}
+        started = time.monotonic()
+        display.display(
+            "    %s: live trial (every change is seen by a running process): windows of %g s, at most %d per arm"
+            " on each of %d workload(s), the first look after %d; %.1f s and %d steps dropped after each switch"
+            % (a["layer"], window_s, s["max_blocks"], len(workloads), s["min_blocks"], drop_s, LIVE_DROP_STEPS)
+        )
+        for w in workloads:
+            guard.check()
+            t0 = time.monotonic()
+            begun = self._live_call("started", w, bench, task_vars)
+            totals["start_s"] += time.monotonic() - t0
+            track = {"fresh": True, "since": time.monotonic(), "on": state["on"], "n": 0}
+
+            def window(workload, track=track):
+                guard.check()
+                fresh = track["fresh"] or track["on"] != state["on"]
+                args = {"seconds": window_s, "fresh": fresh, "drop_s": drop_s if fresh else 0.0}
+                args["drop_steps"] = LIVE_DROP_STEPS if fresh else 0
+                try:
+                    out = self._live_call("window", workload, bench, task_vars, live_window=args)
+                except ModuleFailed as exc:
+                    failed = exc.module_result
+                    if failed.get("failure") not in WORKLOAD_FAILURES:
+                        raise
+                    return {"failed": True, "failure": failed["failure"], "error": failed.get("error_line")}
+                win = out["window"]
+                now = time.monotonic()
+                steps = win["samples_ms"]
+                track.update(fresh=False, on=state["on"], n=track["n"] + 1)
+                wall, track["since"] = now - track["since"], now
+                display.display(
+                    "    %s: %s window %d %s the layer: %d steps, mean %.3f ms%s"
+                    % (
+                        a["layer"],
+                        workload,
+                        track["n"],
+                        "with" if state["on"] else "without",
+                        len(steps),
+                        sum(steps) / len(steps),
+                        " (%d dropped after the switch)" % win.get("dropped", 0) if fresh else "",
+                    )
+                )
+                return {"samples_ms": steps, "wall_s": wall, "measured_s": sum(steps) / 1000.0, "throughput": None}
+
+            rng = random.Random("%s/%s/%s" % (a.get("run_id") or "manual", a["layer"], w))
+            trial = Trial([w], set_layer, window, policy, s, time.monotonic, rng=rng)
+            try:
+                results[w] = trial.run()
+            finally:
+                ended = self._live_call("stopped", w, bench, task_vars, quiet=True)
+            samples[w] = trial.samples(w)
+            for key, value in (results[w].get("cost") or {}).items():
+                if key != "total":
+                    cost[key] = value
+            totals["with"] += results[w]["blocks"]["with"]
+            totals["without"] += results[w]["blocks"]["without"]
+            totals["toggles"] += results[w]["toggles"]
+            totals["windows_s"] += (results[w]["cost"]["total"] or {}).get("wall_s") or 0.0
+            totals["measured_s"] += (results[w]["cost"]["total"] or {}).get("measured_s") or 0.0
+            results[w]["live_start_s"] = begun.get("live_start_s")
+            results[w]["live_ended"] = {k: v for k, v in (ended or {}).items() if k in ("rc", "killed", "steps")}
+        final = all(r.get("final", True) for r in results.values())
+        decision = combine(results, policy, final) if len(results) > 1 else results[workloads[0]]
+        decision["cost"] = block_cost(cost)
+        share = decision["cost"]["total"].get("measured_share")
+        decision["live"] = {
+            "used": True,
+            "window_s": window_s,
+            "drop_s": drop_s,
+            "drop_steps": LIVE_DROP_STEPS,
+            "start_s": round(totals["start_s"], 2),
+            "windows_s": round(totals["windows_s"], 2),
+            "measured_s": round(totals["measured_s"], 2),
+            "measured_share": share,
+        }
+        decision.update(
+            method="live",
+            blocks={"with": totals["with"], "without": totals["without"]},
+            toggles=totals["toggles"],
+            seconds=round(time.monotonic() - started, 1),
+        )
+        return decision, samples
+
+    def _live_call(self, what, workload, bench, task_vars, live_window=None, quiet=False):
+        """One request of the live session in the runner (bench ``live``)."""
+        args = {"live": what, "workload": workload, "runner_socket": self._runner}
+        if self._task.args.get("run_id"):
+            args["run_id"] = self._task.args["run_id"]
+        for key in BENCH_KEYS:
+            if bench.get(key) is not None and key not in ("command", "steps"):
+                args[key] = bench[key]
+        if workload == "command":
+            args["command"] = bench.get("live_command")
+        if live_window is not None:
+            args["live_window"] = live_window
+        if not quiet:
+            return self._module("stacktune.gpu.bench", args, task_vars)
+        try:
+            return (self._module("stacktune.gpu.bench", args, task_vars) or {}).get("ended")
+        except LeaseLost:
+            raise
+        except ModuleFailed:
+            return None  # the session ends with the runner in any case
 
     def _put_back(self, task_vars, reason):
         """Put the layer back to its snapshot, unjudged; say what was done."""

@@ -178,6 +178,27 @@ options:
         the user's program as it is. With O(runner_state=started), the runner to use while it
         answers; with O(runner_state=stopped), the runner to stop.
     type: path
+  live:
+    description:
+      - "A live session in the runner at O(runner_socket): ONE process of the workload that runs
+        until it is ended, printing each step's time as it is measured. The gate's live trial
+        switches a layer between windows of its steps (docs/gate.md, Live trials)."
+      - V(started) starts the built-in O(workload) in live mode, or O(command), the user's
+        program, which prints one step line per step (a number of ms, or a JSON object whose key
+        C(step_ms) holds it), flushed, until it receives SIGTERM (then SIGKILL of its process group after 10 s). A
+        session already running with the same program, arguments and environment is reused.
+      - V(window) returns the steps of one window (O(live_window)), V(stopped) ends the session.
+    type: str
+    choices: [started, window, stopped]
+    version_added: 0.3.0
+  live_window:
+    description:
+      - "With O(live=window): C(seconds) of steps (3); C(fresh) (true after a switch of the
+        layer: the window starts after C(drop_s) seconds and C(drop_steps) more steps; false
+        continues where the last window ended, so no step between two requests is lost);
+        C(hang_s), seconds without a step before the program is taken as hung (60)."
+    type: dict
+    version_added: 0.3.0
 extends_documentation_fragment:
   - stacktune.gpu.journal.run_id
 attributes:
@@ -336,6 +357,17 @@ runner_start_s:
   description: With O(runner_state=started), seconds until the runner answered (interpreter start and imports).
   returned: when a runner was started
   type: float
+window:
+  description:
+    - With O(live=window), the window's step times (C(samples_ms)), the runner's clock at its
+      start and end (C(start_t), C(end_t), seconds), the steps dropped before it (C(dropped))
+      and when it was asked for (C(asked_t)).
+  returned: with live=window
+  type: dict
+live_start_s:
+  description: With O(live=started), seconds until the program printed its first step (0 when reused).
+  returned: with live=started
+  type: float
 runner_imports:
   description: With O(runner_state=started), what the runner imported before answering, in order.
   returned: when a runner was started
@@ -387,6 +419,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal impor
     journal_options,
     lease_ticker,
 )
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import runner_client
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.runner_client import ask_runner
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.bench import (
     COMMAND_FORMAT,
@@ -421,6 +454,8 @@ ARGUMENT_SPEC = dict(
     runner_state=dict(type="str", choices=["started", "stopped"]),
     runner_socket=dict(type="path"),
     runner_workloads=dict(type="list", elements="str"),
+    live=dict(type="str", choices=["started", "window", "stopped"]),
+    live_window=dict(type="dict"),
 )
 RUNNER_START_TIMEOUT_S = 180
 RUNNER_IDLE_S = 900
@@ -751,6 +786,46 @@ def run_user_command(params):
     return build_result("command", kept, params["warmup"], throughput, conditions, elapsed, details)
 
 
+def live_request(params):
+    """A live session's request (``live``): start it, take a window of it, or end it."""
+    sock = params.get("runner_socket")
+    if not sock:
+        raise BenchFailure("live=%s needs runner_socket (a runner from runner_state=started)" % params["live"])
+    renew = lease_ticker(params["run_id"]) if params["run_id"] else None
+    try:
+        if renew is not None:
+            renew()
+        if params["live"] == "stopped":
+            return {"changed": False, "live": "stopped", "ended": runner_client.live_stop(sock)}
+        if params["live"] == "started":
+            spec = {"env": params["env"]}
+            if params["workload"] == "command":
+                spec["command"] = params["command"]
+            else:
+                spec["args"] = json.loads(program_args(params, params["workload"]))
+            answer, bad = runner_client.live_start(sock, spec, params["timeout"], renew)
+            result = {"changed": False, "live": "started", "reused": bool(answer.get("reused"))}
+            result["live_start_s"] = answer.get("start_s") or 0.0
+        else:
+            window = dict(params.get("live_window") or {})
+            seconds = float(window.get("seconds", 3.0))
+            timeout = seconds + float(window.get("drop_s", 0.0)) + float(window.get("hang_s", 60.0)) + 60.0
+            win, bad = runner_client.live_window(sock, window, timeout, renew)
+            result = {"changed": False, "live": "window", "window": win}
+    except HostLocked as exc:
+        raise BenchFailure("Failed to measure a window: %s" % exc, failure="lease_lost", lease_lost=True) from None
+    except (OSError, ValueError, runner_client.RunnerError) as exc:
+        raise BenchFailure("Failed to reach the live session: %s" % exc, failure="start") from None
+    if bad:
+        raise BenchFailure(
+            "The live %s failed: %s" % (params["workload"], bad.get("error") or bad.get("failure")),
+            failure=bad.get("failure") or "error",
+            error_line=str(bad.get("error") or "")[:500],
+            stderr_tail=bad.get("stderr_tail") or "",
+        )
+    return result
+
+
 def measure(params):
     """Validate options (a dict shaped like ARGUMENT_SPEC) and measure one block.
 
@@ -765,6 +840,8 @@ def measure(params):
         return ensure_runner(params)
     if params.get("runner_state") == "stopped":
         return stop_runner(params["runner_socket"])
+    if params.get("live"):
+        return live_request(params)
     if params["workload"] == "command":
         return run_user_command(params)
     return run_builtin(params)

@@ -39,6 +39,9 @@ BUDGET = {
     "min_blocks": (4, 2, 50, "blocks per arm before the first look"),
     "max_blocks": (8, 2, 200, "blocks per arm at most"),
     "max_seconds": (1800, 1, 86400, "seconds of measuring per layer at most"),
+    # a live trial (one running workload, the layer switched between windows of its steps)
+    "window_s": (3, 1, 600, "seconds per window of a live trial"),
+    "max_windows": (20, 2, 1000, "windows per arm at most in a live trial"),
 }
 
 
@@ -127,11 +130,12 @@ def check_settings(
     for key, (default, low, high, _meaning) in BUDGET.items():
         value = budget.get(key)
         out[key] = _budget_value(budget_label + key, default if value is None else value, low, high)
-    if out["max_blocks"] < out["min_blocks"]:
-        raise GateSettingError(
-            "%smax_blocks (%d) must be at least %smin_blocks (%d)"
-            % (budget_label, out["max_blocks"], budget_label, out["min_blocks"])
-        )
+    for most in ("max_blocks", "max_windows"):
+        if out[most] < out["min_blocks"]:
+            raise GateSettingError(
+                "%s%s (%d) must be at least %smin_blocks (%d)"
+                % (budget_label, most, out[most], budget_label, out["min_blocks"])
+            )
     if workloads is not None:
         if not hasattr(workloads, "items"):
             raise GateSettingError("%s must be a dict: layer -> list of workloads" % workloads_name)
@@ -146,6 +150,11 @@ def check_settings(
                     % (workloads_name, layer, ", ".join(map(str, bad)), ", ".join(sorted(known)))
                 )
     return out
+
+
+def live_settings(settings):
+    """The settings of a live trial: its windows are its blocks, ``max_windows`` per arm at most."""
+    return dict(settings, max_blocks=settings["max_windows"])
 
 
 def planned_looks(min_blocks, max_blocks):

@@ -16,6 +16,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base impor
     CPU_WORKLOADS,
     DATA_DIR_WORKLOADS,
     GPU_WORKLOADS,
+    LIVE_WORKLOADS,
 )
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import (
@@ -183,6 +184,16 @@ def futility(res, policy, settings, per_arm):
         if hopeless and not leaning_worse:
             return "cannot resolve " + "; ".join(hopeless)
         return None
+    improved = [d for d in DIMENSIONS if (res.get(d) or {}).get("verdict") == "better"]
+    if improved:
+        # the improvement is shown; what is left unknown (the tail, mostly) cannot veto it when
+        # the budget cannot resolve it: it is reported as unresolved, not taken as worse
+        if hopeless and not leaning_worse:
+            return "%s shown better; cannot resolve %s" % (
+                " and ".join(_DIM_WORDS[d] for d in improved),
+                "; ".join(hopeless),
+            )
+        return None
     if leans and not gains and not leaning_worse:
         return "no improvement of the %s asked for that the budget could show (%s)" % (
             _span("throughput", settings["min_gain"]),
@@ -291,8 +302,11 @@ class Trial:
     """
 
     ORDER = ("on", "off", "off", "on")
+    MIRROR = ("off", "on", "on", "off")
 
-    def __init__(self, workloads, set_layer, measure, policy, settings, clock, stop_early=True, worse_rule=None):
+    def __init__(
+        self, workloads, set_layer, measure, policy, settings, clock, stop_early=True, worse_rule=None, rng=None
+    ):
         if not workloads:
             raise ValueError("a trial needs at least one workload")
         self.stop_early = stop_early  # False: spend the budget although it cannot decide (benchmarks)
@@ -306,6 +320,9 @@ class Trial:
         self.looks = planned_looks(settings["min_blocks"], settings["max_blocks"])
         self.data = None
         self.on = True
+        # with ``rng`` (a live trial), each quad is A B B A or B A A B, drawn at random: a
+        # rhythm of the host (a periodic job, a clock governor) cannot line up with the arms
+        self.rng = rng
 
     def samples(self, workload):
         """Every step of one workload per arm, pooled (for plots; the gate judges blocks)."""
@@ -417,7 +434,8 @@ class Trial:
         active = list(self.workloads)  # workloads still measured; futile ones stop early
         futile = {}
         while result is None:
-            for arm in self.ORDER:
+            quad = self.MIRROR if self.rng is not None and self.rng.random() < 0.5 else self.ORDER
+            for arm in quad:
                 toggles += self._switch(arm == "on")
                 for w in active:
                     out = block(w, arm)
@@ -561,3 +579,41 @@ def unseen_reason(later):
         "nothing a block started now can see changed (%s); the gate measures a layer only while its "
         "change is live" % "; ".join(parts)
     )
+
+
+# ------------------------------------------------------------------ live trials
+
+# Steps dropped after a switch of the layer besides the kinds' settling time: the step that
+# spanned the switch and the one after it (docs/gate.md, "Live trials").
+LIVE_DROP_STEPS = 2
+
+
+def live_plan(changes, workloads, bench, wanted=True):
+    """Whether one running workload process can measure this layer: ``(True, drop_s)`` or
+    ``(False, why)``.
+
+    A live trial switches the layer inside ONE process of the workload and judges windows of
+    its steps. It is sound only when that process sees every change the layer wrote (each
+    written row seen ``now`` says ``seen_running``: its kind's answer or the layer's policy)
+    and every workload can run for a whole trial (the built-in ones of ``LIVE_WORKLOADS``, or
+    the user's program when ``bench.live_command`` says how to start it streaming). ``drop_s``
+    is the longest settling time of the changes (``settle_s``): the steps of that many seconds
+    after each switch are dropped.
+    """
+    if not wanted:
+        return False, "live trials are off (stacktune_gate_live)"
+    if bench.get("runner") is False:
+        return False, "the block runner is off"
+    now = [r for r in changes or [] if isinstance(r, dict) and r.get("changed") and r.get("effect") in (None, "now")]
+    if not now:
+        return False, "no change of the layer says whether a running process sees it"
+    blind = [r.get("id") or "?" for r in now if r.get("seen_running") is not True]
+    if blind:
+        return False, "a running process does not see %s; every block starts a process of its own" % ", ".join(blind)
+    for w in workloads:
+        if w == "command" and not bench.get("live_command"):
+            return False, "the user's program runs per block (stacktune_bench_live_command is not set)"
+        if w not in LIVE_WORKLOADS and w not in ("command", "auto"):
+            return False, "workload %s cannot run for a whole trial" % w
+    settle = [float(r.get("settle_s") or 0.0) for r in now]
+    return True, max(settle) if settle else 0.0

@@ -1,0 +1,220 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The gate's live trial, end to end on this machine: the gate_layer action drives the real
+bench module (a real block runner, a real program streaming its steps) and a host whose
+"layer" is a file that the running program re-reads every step, so a switch is seen by the
+running process at once, as a sysctl or a GPU power limit is. Only the settings engine is a
+stand-in here (it writes that file); the engine's own switching is tested in test_engine.py.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import random
+import sys
+import textwrap
+from types import SimpleNamespace
+
+import pytest
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.stacktune.gpu.plugins.action.gate_layer import ActionModule
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import Trial, live_plan
+from ansible_collections.stacktune.gpu.plugins.modules import bench
+
+PROGRAM = textwrap.dedent(
+    """
+    import os, sys, time, signal
+    path = sys.argv[1]
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    while True:
+        t0 = time.perf_counter()
+        try:
+            with open(path) as handle:
+                slow = float(handle.read() or 1.0)
+        except (OSError, ValueError):
+            slow = 1.0
+        time.sleep(0.004 * slow)
+        print('{"step_ms": %.4f}' % ((time.perf_counter() - t0) * 1000.0), flush=True)
+    """
+)
+
+LIVE_ROW = {"id": "sysctl:vm.swappiness", "changed": True, "effect": "now", "seen_running": True, "settle_s": 0.0}
+
+
+class Host:
+    """bench runs for real; host_settings writes the layer's file (``slow`` while on)."""
+
+    def __init__(self, path, slow):
+        self.path, self.slow = path, slow
+        self.calls = []
+        self.set(True)
+
+    def set(self, on):
+        with open(self.path, "w") as handle:
+            handle.write("%s" % (self.slow if on else 1.0))
+
+    def execute(self, module_name, module_args, task_vars):
+        name = module_name.rsplit(".", 1)[1]
+        self.calls.append((name, dict(module_args)))
+        if name == "host_settings":
+            state = module_args["state"]
+            if state in ("reapplied", "kept"):
+                self.set(True)
+            elif state in ("suspended", "restored", "interrupted"):
+                self.set(False)
+            return {"changed": True, "settings": []}
+        if name == "run_lock":
+            return {"changed": False}
+        params = bench.default_params(**{k: v for k, v in module_args.items() if k in bench.ARGUMENT_SPEC})
+        try:
+            return bench.measure(params)
+        except bench.BenchFailure as exc:
+            return dict(exc.extra, failed=True, msg=exc.msg)
+
+
+def action(args, host, monkeypatch):
+    act = ActionModule.__new__(ActionModule)
+    act._task = SimpleNamespace(args=args)
+    act._play_context = SimpleNamespace(check_mode=False)
+    act._execute_module = host.execute
+    monkeypatch.setattr(ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
+    return act
+
+
+@pytest.fixture
+def program(tmp_path):
+    prog = tmp_path / "stream.py"
+    prog.write_text(PROGRAM)
+    return str(prog), str(tmp_path / "layer")
+
+
+def args_for(prog, layer_file, policy="no_regression"):
+    return {
+        "layer": "kernel",
+        "policy": policy,
+        "workloads": ["train_step"],
+        "workload": "command",
+        "bench": {
+            "command": ["unused-in-a-live-trial"],
+            "live_command": [sys.executable, prog, layer_file],
+            "runner": True,
+            "live": True,
+            "timeout": 60,
+        },
+        "gate": {"min_blocks": 4, "max_blocks": 8, "max_windows": 8, "window_s": 1, "max_seconds": 120},
+        "changes": [LIVE_ROW],
+        # no run_id: the runner would end at once, as no run holds this machine's lease
+    }
+
+
+def test_a_slower_layer_is_seen_in_one_running_process_and_put_back(program, monkeypatch):
+    prog, layer_file = program
+    host = Host(layer_file, slow=1.5)
+    res = action(args_for(prog, layer_file), host, monkeypatch).run(task_vars={})
+    gate = res["gate"]
+    assert gate["decision"] == "rollback", gate["reason"]
+    assert gate["method"] == "live" and gate["live"]["used"] is True
+    assert gate["verdicts"]["throughput"] == "worse"
+    # one program for the whole trial: started once, windows, stopped once
+    lives = [a["live"] for name, a in host.calls if name == "bench" and a.get("live")]
+    assert lives[0] == "started" and lives[-1] == "stopped"
+    assert lives.count("started") == 1 and lives.count("stopped") == 1
+    assert lives.count("window") == gate["blocks"]["with"] + gate["blocks"]["without"]
+    # switched through the engine, and put back to its snapshot with the decision
+    states = [a["state"] for name, a in host.calls if name == "host_settings"]
+    assert set(states[:-1]) <= {"suspended", "reapplied"} and states[-1] == "restored"
+    with open(layer_file) as handle:
+        assert float(handle.read()) == 1.0
+    # the windows were measured, not the start-up: most of the trial's time is steps
+    assert gate["live"]["measured_share"] > 0.5
+    assert len(res["samples"]["with"]) > 50 and len(res["samples"]["without"]) > 50
+
+
+def test_an_identical_layer_is_kept_within_the_windows_budget(program, monkeypatch):
+    prog, layer_file = program
+    host = Host(layer_file, slow=1.0)
+    res = action(args_for(prog, layer_file), host, monkeypatch).run(task_vars={})
+    gate = res["gate"]
+    assert gate["decision"] == "keep", gate["reason"]
+    assert gate["method"] == "live"
+    assert gate["blocks"]["with"] <= 8 and gate["blocks"]["without"] <= 8
+    states = [a["state"] for name, a in host.calls if name == "host_settings"]
+    assert states[-1] == "kept"
+    with open(layer_file) as handle:  # kept: the layer is on at the end, whatever arm came last
+        assert float(handle.read()) == 1.0
+
+
+def test_a_layer_a_running_process_cannot_see_is_measured_in_blocks(program, monkeypatch):
+    prog, layer_file = program
+    a = args_for(prog, layer_file)
+    a["changes"] = [dict(LIVE_ROW, id="file:/etc/nccl.conf", seen_running=False)]
+    a["bench"]["command"] = [sys.executable, "-c", "print('{\"step_ms\": 1.0}\\n' * 30)"]
+    host = Host(layer_file, slow=1.0)
+    res = action(a, host, monkeypatch).run(task_vars={})
+    assert res["gate"]["live"] == {
+        "used": False,
+        "why": "a running process does not see file:/etc/nccl.conf; every block starts a process of its own",
+    }
+    assert not [1 for name, args in host.calls if name == "bench" and args.get("live")]
+
+
+@pytest.mark.parametrize(
+    "changes, workloads, bench_opts, expected",
+    [
+        ([LIVE_ROW], ["train_step", "dataloader"], {}, (True, 0.0)),
+        ([dict(LIVE_ROW, settle_s=1.0), dict(LIVE_ROW, id="b", settle_s=0.2)], ["gemm"], {}, (True, 1.0)),
+        ([LIVE_ROW], ["allreduce"], {}, (False, "workload allreduce cannot run for a whole trial")),
+        ([LIVE_ROW], ["command"], {}, (False, "the user's program runs per block (stacktune_bench_live_command is not set)")),
+        ([LIVE_ROW], ["gemm"], {"runner": False}, (False, "the block runner is off")),
+        ([LIVE_ROW], ["gemm"], {"live": False}, (False, "live trials are off (stacktune_gate_live)")),
+        ([dict(LIVE_ROW, effect="next_boot")], ["gemm"], {}, (False, "no change of the layer says whether a running process sees it")),
+    ],
+)
+def test_which_layers_a_live_trial_measures(changes, workloads, bench_opts, expected):
+    assert live_plan(changes, workloads, bench_opts, wanted=bench_opts.get("live", True)) == expected
+
+
+def test_live_quads_are_balanced_in_a_random_order():
+    arms = []
+
+    def measure(_w):
+        arms.append(state["on"])
+        return {"samples_ms": [10.0] * 20, "throughput": None}
+
+    state = {"on": True}
+
+    def set_layer(on):
+        state["on"] = on
+
+    settings = {
+        "tail_quantile": 0.99,
+        "tail_tolerance": 0.05,
+        "min_gain": 0.02,
+        "confidence": 0.95,
+        "stall_factor": 3.0,
+        "stall_tolerance": 0.005,
+        "min_blocks": 8,
+        "max_blocks": 8,
+        "max_seconds": 100,
+    }
+    Trial(["w"], set_layer, measure, "no_regression", settings, lambda: 0.0, rng=random.Random(7)).run()
+    quads = [tuple(arms[i : i + 4]) for i in range(0, len(arms), 4)]
+    assert len(quads) == 4
+    assert set(quads) == {(True, False, False, True), (False, True, True, False)}
+    assert arms.count(True) == arms.count(False)
+
+
+def test_the_runner_is_gone_after_the_trial(program, monkeypatch):
+    prog, layer_file = program
+    host = Host(layer_file, slow=1.0)
+    act = action(args_for(prog, layer_file), host, monkeypatch)
+    act.run(task_vars={})
+    started = [a for name, a in host.calls if name == "bench" and a.get("runner_state") == "started"]
+    assert started
+    stopped = [a for name, a in host.calls if name == "bench" and a.get("runner_state") == "stopped"]
+    assert stopped and not os.path.exists(stopped[-1]["runner_socket"])
