@@ -163,16 +163,20 @@ def test_a_layer_a_running_process_cannot_see_is_measured_in_blocks(program, mon
     assert not [1 for name, args in host.calls if name == "bench" and args.get("live")]
 
 
+NO_LIVE_COMMAND = "the user's program runs per block (stacktune_bench_live_command is not set)"
+NOTHING_NOW = "no change of the layer says whether a running process sees it"
+
+
 @pytest.mark.parametrize(
     "changes, workloads, bench_opts, expected",
     [
         ([LIVE_ROW], ["train_step", "dataloader"], {}, (True, 0.0)),
         ([dict(LIVE_ROW, settle_s=1.0), dict(LIVE_ROW, id="b", settle_s=0.2)], ["gemm"], {}, (True, 1.0)),
         ([LIVE_ROW], ["allreduce"], {}, (False, "workload allreduce cannot run for a whole trial")),
-        ([LIVE_ROW], ["command"], {}, (False, "the user's program runs per block (stacktune_bench_live_command is not set)")),
+        ([LIVE_ROW], ["command"], {}, (False, NO_LIVE_COMMAND)),
         ([LIVE_ROW], ["gemm"], {"runner": False}, (False, "the block runner is off")),
         ([LIVE_ROW], ["gemm"], {"live": False}, (False, "live trials are off (stacktune_gate_live)")),
-        ([dict(LIVE_ROW, effect="next_boot")], ["gemm"], {}, (False, "no change of the layer says whether a running process sees it")),
+        ([dict(LIVE_ROW, effect="next_boot")], ["gemm"], {}, (False, NOTHING_NOW)),
     ],
 )
 def test_which_layers_a_live_trial_measures(changes, workloads, bench_opts, expected):
