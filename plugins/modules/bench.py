@@ -190,7 +190,7 @@ options:
       - V(window) returns the steps of one window (O(live_window)), V(stopped) ends the session.
     type: str
     choices: [started, window, stopped]
-    version_added: 0.3.0
+    version_added: 0.2.0
   live_window:
     description:
       - "With O(live=window): C(seconds) of steps (3); C(fresh) (true after a switch of the
@@ -198,7 +198,7 @@ options:
         continues where the last window ended, so no step between two requests is lost);
         C(hang_s), seconds without a step before the program is taken as hung (60)."
     type: dict
-    version_added: 0.3.0
+    version_added: 0.2.0
 extends_documentation_fragment:
   - stacktune.gpu.journal.run_id
 attributes:

@@ -30,7 +30,7 @@ def test_every_gate_setting_is_a_role_variable_with_the_python_default():
 
 def test_no_role_variable_names_a_gate_setting_python_does_not_know():
     settings = {k[len("stacktune_gate_") :] for k in DEFAULTS if k.startswith("stacktune_gate_")}
-    others = {"budget", "policies", "default_policy", "workloads", "unmeasurable"}
+    others = {"budget", "policies", "default_policy", "workloads", "unmeasurable", "live"}
     assert settings - others == set(_blocks.SETTINGS)
 
 

@@ -428,6 +428,11 @@ LIVE_WORKLOADS = (
     "mem_touch",
     "cpu_train_step",
 )
+# Sizes a workload takes in live mode where they differ from DEFAULT_SIZE. On one H200 the
+# train_step of batch 32 (12 ms steps) varied by 4.6% between windows of 250 steps inside one
+# process, at batch 128 (33 ms, GPU-bound) by 0.11% between windows of 60 steps
+# (tests/gpu/probe_live_memory.py, docs/benchmarks.md): a live trial resolves the second.
+LIVE_SIZE = {"train_step": 128}
 # Steps kept for the result document a live run prints when it is ended.
 LIVE_KEEP = 2000
 

@@ -29,6 +29,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base impor
     GPU_WORKLOADS,
     LIVE,
     LIVE_STEPS,
+    LIVE_SIZE,
     LIVE_WORKLOADS,
     SIZE_MEANING,
     WorkloadError,
@@ -80,6 +81,10 @@ def resolve_auto():
     return "cpu_dataloader"
 
 
+def _default_size(name, live):
+    return LIVE_SIZE.get(name, DEFAULT_SIZE[name]) if live else DEFAULT_SIZE[name]
+
+
 def run(cfg):
     """Run one block as described by ``cfg`` and return the result document."""
     name = cfg["workload"]
@@ -105,7 +110,7 @@ def run(cfg):
     params = {
         "steps": LIVE_STEPS if cfg.get("live") else steps,
         "warmup": int(cfg["warmup"]),
-        "size": int(cfg["size"]) if cfg.get("size") is not None else DEFAULT_SIZE[name],
+        "size": int(cfg["size"]) if cfg.get("size") is not None else _default_size(name, cfg.get("live")),
         "workers": int(cfg.get("workers", 4)),
         "device": int(cfg.get("device", 0)),
         "data_dir": cfg.get("data_dir"),

@@ -36,6 +36,7 @@ NOT_IN_A_LINE = {
     "preflight_nccl_python": "the program the NCCL check runs (an argv)",
     "stacktune_bench_python": "the program measured blocks run (an argv)",
     "stacktune_bench_command": "the measured blocks' own program (an argv)",
+    "stacktune_bench_live_command": "the live trial's own program (an argv)",
     "acceptance_environment": "the environment of the acceptance program",
     "acceptance_gpus": "GPU indices (numbers)",
     "acceptance_quarantine_group": "an inventory group name (add_host)",
