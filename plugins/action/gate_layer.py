@@ -341,8 +341,10 @@ class ActionModule(ActionBase):
                     decision = trial.run()
                     decision["live"] = {"used": False, "why": live_info}
                     samples = {w: trial.samples(w) for w in workloads}
-                if decision["decision"] == "keep" and not state["on"]:
-                    set_layer(True)  # a live trial may end on a window without the layer
+                if live and not state["on"]:
+                    # a live trial may end on a window without the layer: on again, so that a
+                    # rollback puts back (and counts) what the layer changed, as after blocks
+                    set_layer(True)
                 if self._task.args.get("keep_runner"):
                     # the next layer of the run uses it; it ends with the run's lease in any case
                     result["runner_socket"] = self._runner
@@ -425,7 +427,9 @@ class ActionModule(ActionBase):
                         "with" if state["on"] else "without",
                         len(steps),
                         sum(steps) / len(steps),
-                        " (%d dropped after the switch)" % win.get("dropped", 0) if fresh else "",
+                        " (after %d steps not counted: the switch and its settling)" % win.get("dropped", 0)
+                        if fresh
+                        else "",
                     )
                 )
                 return {"samples_ms": steps, "wall_s": wall, "measured_s": sum(steps) / 1000.0, "throughput": None}
@@ -440,8 +444,8 @@ class ActionModule(ActionBase):
             for key, value in (results[w].get("cost") or {}).items():
                 if key != "total":
                     cost[key] = value
-            totals["with"] += results[w]["blocks"]["with"]
-            totals["without"] += results[w]["blocks"]["without"]
+            totals["with"] = max(totals["with"], results[w]["blocks"]["with"])
+            totals["without"] = max(totals["without"], results[w]["blocks"]["without"])
             totals["toggles"] += results[w]["toggles"]
             totals["windows_s"] += (results[w]["cost"]["total"] or {}).get("wall_s") or 0.0
             totals["measured_s"] += (results[w]["cost"]["total"] or {}).get("measured_s") or 0.0

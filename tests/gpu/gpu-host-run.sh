@@ -12,7 +12,7 @@ RUN_DIR="${RUN_DIR:-/tmp/stacktune-gpu-run}"
 mkdir -p "$RUN_DIR"
 log="$RUN_DIR/gpu-host-run.log"
 exec > >(tee -a "$log") 2>&1
-steps="${*:-capture pytest facts bench tune acceptance}"  # also: safety failures signals cost cost-default gate-a gate-b calibrate nccl acceptance-depth cpuio record1 record-user
+steps="${*:-capture pytest facts bench tune acceptance}"  # also: safety failures signals cost cost-default gate-a gate-b calibrate nccl acceptance-depth cpuio record1 record-user live-windows live-gate
 py="${PYTHON:-python3}"
 if [ -d .whl ] && ! "$py" -c 'import ansible' 2>/dev/null; then
   "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -209,6 +209,33 @@ print("lock:", json.load(open("/var/lib/stacktune/run.lock"))["holder"])'
           --python "${TORCH_PYTHON:-python3}" --workload "$wl" --blocks "$blocks" --steps "$steps" \
           --out "$RUN_DIR/blocks/h200x1_${wl}_${steps}.json"
       done
+      ;;
+    live-windows)
+      # windows of ONE running train_step (live mode, batch 128): A/A, then the power limit
+      # switched 700/450 W between windows; fixtures tests/unit/fixtures/live/h200x1_live_*.json
+      mkdir -p "$RUN_DIR/live"
+      run env PYTHONPATH="collections:${PYTHONPATH:-}" "$py" benchmarks/live_windows.py --workload train_step \
+        --windows 10 --seconds 3 --out "$RUN_DIR/live/h200x1_live_train_step_aa.json"
+      run env PYTHONPATH="collections:${PYTHONPATH:-}" "$py" benchmarks/live_windows.py --workload train_step \
+        --windows 6 --seconds 3 --drop-s 1 --on 'nvidia-smi -pl 450' --off 'nvidia-smi -pl 700' \
+        --out "$RUN_DIR/live/h200x1_live_train_step_power.json"
+      nvidia-smi -pl 700 >/dev/null
+      ;;
+    live-gate)
+      # the gate's live trial on the gpu_settings layer: a 450 W limit on a 700 W host (slower:
+      # rolled back), then the host at 450 W and the layer to 700 W (faster: kept)
+      for pair in "700 450" "450 700"; do
+        read -r from to <<< "$pair"
+        nvidia-smi -pl "$from" >/dev/null
+        t0=$(date +%s)
+        run ap tune.yml -e stacktune_run_id="live-power-$from-to-$to" -e stacktune_report_dir="$RUN_DIR/reports" \
+          -e "{\"stacktune_layers\": [\"gpu_settings\"], \"gpu_settings_power_limit_watts\": $to}"
+        echo "live gate, power limit $from -> $to W: tune.yml took $(( $(date +%s) - t0 )) s"
+        nvidia-smi --query-gpu=power.limit --format=csv,noheader
+        run ap playbooks/rollback.yml
+        nvidia-smi --query-gpu=power.limit --format=csv,noheader
+      done
+      nvidia-smi -pl 700 >/dev/null
       ;;
     record-user)
       # a user's own training program (ResNet-18 with a 4-worker DataLoader) as the gate's command

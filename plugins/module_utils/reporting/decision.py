@@ -124,10 +124,11 @@ def _where(decision):
     with_, without = blocks.get("with"), blocks.get("without")
     if with_ is None and decision.get("blocks_before") is not None:
         with_, without = decision.get("blocks_after"), decision.get("blocks_before")
+    unit = "windows of one running process" if decision.get("method") == "live" else "blocks"
     if with_ is not None and with_ == without:
-        parts.append("%s blocks per arm" % with_)
+        parts.append("%s %s per arm" % (with_, unit))
     elif with_ is not None:
-        parts.append("%s blocks with the layer, %s without" % (with_, without))
+        parts.append("%s %s with the layer, %s without" % (with_, unit, without))
     if decision.get("windows") is not None:
         windows = decision["windows"]
         parts.append(("%s windows" % len(windows)) if isinstance(windows, (list, dict)) else "%s windows" % windows)

@@ -183,7 +183,10 @@ def _run_child(request, folder, number, listener, conn):
 
 
 def _answer(conn, doc):
+    """Send one answer whole: a live request's wait left the socket non-blocking, where sendall
+    gives up on a full buffer half way (the client then sees the runner end)."""
     with contextlib.suppress(OSError):
+        conn.settimeout(30)
         conn.sendall((json.dumps(doc) + "\n").encode("utf-8"))
 
 
