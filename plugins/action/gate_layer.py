@@ -451,8 +451,8 @@ class ActionModule(ActionBase):
             totals["measured_s"] += (results[w]["cost"]["total"] or {}).get("measured_s") or 0.0
             results[w]["live_start_s"] = begun.get("live_start_s")
             results[w]["live_ended"] = {k: v for k, v in (ended or {}).items() if k in ("rc", "killed", "steps")}
-        final = all(r.get("final", True) for r in results.values())
-        decision = combine(results, policy, final) if len(results) > 1 else results[workloads[0]]
+        # every workload's trial has ended: nothing more will be measured, so the combination is final
+        decision = combine(results, policy, True) if len(results) > 1 else results[workloads[0]]
         decision["cost"] = block_cost(cost)
         share = decision["cost"]["total"].get("measured_share")
         decision["live"] = {

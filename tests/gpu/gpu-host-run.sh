@@ -12,7 +12,7 @@ RUN_DIR="${RUN_DIR:-/tmp/stacktune-gpu-run}"
 mkdir -p "$RUN_DIR"
 log="$RUN_DIR/gpu-host-run.log"
 exec > >(tee -a "$log") 2>&1
-steps="${*:-capture pytest facts bench tune acceptance}"  # also: safety failures signals cost cost-default gate-a gate-b calibrate nccl acceptance-depth cpuio record1 record-user live-windows live-gate
+steps="${*:-capture pytest facts bench tune acceptance}"  # also: safety failures signals cost cost-default gate-a gate-b calibrate nccl acceptance-depth cpuio record1 record-user live-windows live-gate live-user
 py="${PYTHON:-python3}"
 if [ -d .whl ] && ! "$py" -c 'import ansible' 2>/dev/null; then
   "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -235,6 +235,20 @@ print("lock:", json.load(open("/var/lib/stacktune/run.lock"))["holder"])'
         run ap playbooks/rollback.yml
         nvidia-smi --query-gpu=power.limit --format=csv,noheader
       done
+      nvidia-smi -pl 700 >/dev/null
+      ;;
+    live-user)
+      # a user's own program streamed through a live trial (the ResNet-18 DataLoader program,
+      # one process for the whole trial): a 450 W limit on a 700 W host
+      nvidia-smi -pl 700 >/dev/null
+      prog="$PWD/tests/gpu/train_step_program.py"
+      t0=$(date +%s)
+      run ap tune.yml -e stacktune_run_id=live-user-450 -e stacktune_report_dir="$RUN_DIR/reports" -e "{\"stacktune_layers\":
+        [\"gpu_settings\"], \"gpu_settings_power_limit_watts\": 450, \"stacktune_bench_workload\": \"command\",
+        \"stacktune_bench_command\": [\"$py\", \"$prog\", \"--steps\", \"140\"],
+        \"stacktune_bench_live_command\": [\"$py\", \"$prog\", \"--steps\", \"100000000\"]}"
+      echo "live gate on the user's program, power limit 700 -> 450 W: tune.yml took $(( $(date +%s) - t0 )) s"
+      run ap playbooks/rollback.yml
       nvidia-smi -pl 700 >/dev/null
       ;;
     record-user)
