@@ -86,6 +86,15 @@ options:
     description: With I(state=locked), put back the layers an interrupted run left undecided.
     type: bool
     default: true
+  watch:
+    description:
+      - "With I(state=locked), start the run's watchdog on the host (unless it runs): a small
+        process that puts back every layer the run left undecided once the run's lease
+        expires (its controller cut off - powered off, the network gone), releases the lease,
+        and ends as soon as the run no longer holds the host. tune.yml sets it."
+    type: bool
+    default: false
+    version_added: 0.2.0
 extends_documentation_fragment:
   - stacktune.gpu.journal
   - stacktune.gpu.journal.root
@@ -142,6 +151,10 @@ lease_lost:
   description: True when this run's own lease was released, broken or taken over by another run.
   returned: on failure
   type: bool
+watchdog_pid:
+  description: With O(watch), the pid of the watchdog started (null when one already ran for the run).
+  returned: with watch, when the lock was taken
+  type: int
 """
 
 import time
@@ -150,6 +163,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.engine import Engine
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import journal_options, open_journal
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine import watchdog
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import (
     HostLocked,
     LeaseLost,
@@ -172,6 +186,7 @@ def main():
             wait=dict(type="int", default=0),
             force=dict(type="bool", default=False),
             recover=dict(type="bool", default=True),
+            watch=dict(type="bool", default=False),
             **journal_options("journal_dir", "root"),
         ),
         supports_check_mode=True,
@@ -212,6 +227,8 @@ def main():
                         if outcome["changed"]:
                             result["recovered"].append(layer)
                             result["notes"].extend(outcome["notes"])
+                if p["watch"] and not module.check_mode and p["run_id"] != "manual":
+                    result["watchdog_pid"] = watchdog.spawn(p["run_id"], p["journal_dir"], p["root"])
             elif p["state"] == "checked":
                 result["previous"] = lock.holder()
                 if not p["force"]:

@@ -124,6 +124,8 @@ def _how(ended):
         "taken_over": "run %s took the host over at %s, its controller being gone" % (by, when),
         "broken": "run %s broke its lease at %s (stacktune_lock_break)" % (by, when),
         "expired": "its lease ran out and run %s took the host at %s" % (by, when),
+        "watchdog": "its lease ran out at %s with nobody renewing it, and the host put its undecided layers back"
+        % when,
     }.get(ended.get("ended"), "its lease ended at %s" % when)
 
 
@@ -276,8 +278,9 @@ class RunLock(object):
             raise self._refusal(holder)
         return holder
 
-    def release(self, run_id, force=False, check_mode=False):
-        """Release the lease. Returns (released, holder found); another run's live lease stays."""
+    def release(self, run_id, force=False, check_mode=False, how=None):
+        """Release the lease. Returns (released, holder found); another run's live lease stays.
+        ``how`` names the end in the lease's history (``expired``: put back by the host's watchdog)."""
         holder = self.holder()
         if holder is None:
             return False, None
@@ -286,7 +289,8 @@ class RunLock(object):
             return False, holder
         if not check_mode:
             past = self.past()
-            how = "released" if holder["run_id"] == run_id else ("expired" if holder["expired"] else "broken")
+            if how is None:
+                how = "released" if holder["run_id"] == run_id else ("expired" if holder["expired"] else "broken")
             past.append({"run_id": holder["run_id"], "ended": how, "by": run_id, "time": _iso(time.time())})
             self._write(None, past)
         return True, holder

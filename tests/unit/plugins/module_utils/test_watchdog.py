@@ -1,0 +1,130 @@
+"""The host's watchdog of a tune run: a cut-off controller's undecided layers are put back once
+its lease expires; a run that ends (released, taken over) leaves the watchdog nothing to do.
+
+The host is a constructed tree (the fakeroot fixture: kernel interfaces as plain files); the
+spawned watchdog is a real process that imports the collection from this checkout, as it
+imports it from its copy of the module's payload on a real host.
+"""
+
+import json
+import os
+import time
+
+import pytest
+
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine import watchdog
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.engine import Engine
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import open_journal
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import LeaseLost, RunLock
+
+JOURNAL = "/var/lib/stacktune"
+SPECS = [{"kind": "sysctl", "key": "vm.swappiness", "value": 10}]
+
+
+def applied(root, run_id="run-a", ttl=600, state="applied"):
+    """A layer applied by run_id under its lease (switched off mid-trial with state=suspended)."""
+    RunLock(str(root)).take(run_id, "alice@ctl", ttl, entry="tune")
+    engine = Engine(Context("kernel", root=str(root), run_command=None), open_journal(JOURNAL, str(root)))
+    engine.apply(SPECS, run_id)
+    if state == "suspended":
+        engine.suspend(run_id)
+    return engine
+
+
+def swappiness(root):
+    with open(os.path.join(str(root), "proc/sys/vm/swappiness")) as handle:
+        return handle.read().strip()
+
+
+def expire(root, run_id="run-a"):
+    lock = RunLock(str(root))
+    holder = lock.holder()
+    raw = dict(holder, expires_ts=time.time() - 1)
+    raw.pop("expired", None)
+    lock._write(raw, lock.past())  # pylint: disable=protected-access - the clock is not ours to move
+
+
+@pytest.mark.parametrize("state", ["applied", "suspended"])
+def test_an_expired_lease_puts_the_undecided_layer_back(fakeroot, hash_tree, state):
+    before = hash_tree(fakeroot / "proc")
+    applied(fakeroot, state=state)
+    if state == "applied":
+        assert swappiness(fakeroot) == "10"
+    expire(fakeroot)
+    out = watchdog.watch("run-a", JOURNAL, str(fakeroot), sleep=lambda _s: None)
+    assert out["put_back"] == ["kernel"]
+    assert hash_tree(fakeroot / "proc") == before and swappiness(fakeroot) == "60"
+    entry = open_journal(JOURNAL, str(fakeroot)).load("kernel")
+    assert entry["state"] == "new"
+    reason = entry["interrupted"]["reason"]
+    assert reason.startswith("interrupted: the controller was lost: run run-a: its lease expired")
+    lock = RunLock(str(fakeroot))
+    assert lock.holder() is None and lock.past()[-1]["ended"] == "watchdog"
+    # the controller comes back: its lease is gone, it touches nothing
+    with pytest.raises(LeaseLost, match="nobody renewing it, and the host put its undecided layers back"):
+        lock.renew("run-a")
+
+
+def test_a_decided_layer_is_left_as_it_is(fakeroot):
+    engine = applied(fakeroot)
+    engine.keep("run-a", {"decision": "keep", "reason": "measured better"})
+    expire(fakeroot)
+    out = watchdog.watch("run-a", JOURNAL, str(fakeroot), sleep=lambda _s: None)
+    assert out["put_back"] == []
+    assert swappiness(fakeroot) == "10"
+
+
+def test_a_run_that_ends_ends_its_watchdog_and_touches_nothing(fakeroot):
+    applied(fakeroot)
+    looks = []
+
+    def sleep(_s):
+        looks.append(1)
+        if len(looks) == 3:
+            RunLock(str(fakeroot)).release("run-a")
+
+    out = watchdog.watch("run-a", JOURNAL, str(fakeroot), sleep=sleep)
+    assert out == {"ended": "the run no longer holds the host"}
+    assert swappiness(fakeroot) == "10"
+
+
+def test_a_lease_taken_over_by_another_run_is_not_touched(fakeroot):
+    applied(fakeroot)
+    expire(fakeroot)
+    RunLock(str(fakeroot)).take("run-b", "bob@ctl", 600)  # the next run took the expired lease first
+    out = watchdog.watch("run-a", JOURNAL, str(fakeroot), sleep=lambda _s: None)
+    assert "ended" in out and swappiness(fakeroot) == "10"
+
+
+def wait_for(what, seconds=30):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if what():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_a_spawned_watchdog_outlives_its_parent_and_puts_the_layer_back(fakeroot):
+    applied(fakeroot, ttl=60, state="suspended")
+    pid = watchdog.spawn("run-a", JOURNAL, str(fakeroot))
+    assert pid
+    record = os.path.join(str(fakeroot), JOURNAL.lstrip("/"), "watchdog", "run-a.json")
+    with open(record) as handle:
+        assert json.load(handle)["pid"] == pid
+    assert watchdog.spawn("run-a", JOURNAL, str(fakeroot)) is None  # one per run
+    # nobody renews the lease: once it runs out, the watchdog puts the layer back and ends
+    expire(fakeroot)
+    assert wait_for(lambda: RunLock(str(fakeroot)).holder() is None), "the watchdog did not act"
+    assert swappiness(fakeroot) == "60"
+    assert wait_for(lambda: not os.path.exists(record)), "the watchdog left its record"
+    assert wait_for(lambda: not os.path.exists("/proc/%d" % pid) or _zombie(pid))
+
+
+def _zombie(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as handle:
+            return handle.read().split(")")[1].split()[0] == "Z"
+    except OSError:
+        return True
