@@ -407,11 +407,16 @@ class ActionModule(ActionBase):
                 args = {"seconds": window_s, "fresh": fresh, "drop_s": drop_s if fresh else 0.0}
                 args["drop_steps"] = LIVE_DROP_STEPS if fresh else 0
                 try:
+                    if track.get("ended"):
+                        # the program ended in an earlier window: a new one, started in this arm
+                        self._live_call("started", workload, bench, task_vars)
+                        track["ended"], args["fresh"] = False, True
                     out = self._live_call("window", workload, bench, task_vars, live_window=args)
                 except ModuleFailed as exc:
                     failed = exc.module_result
                     if failed.get("failure") not in WORKLOAD_FAILURES:
                         raise
+                    track["ended"] = True  # the runner ended the session with the failure
                     return {"failed": True, "failure": failed["failure"], "error": failed.get("error_line")}
                 win = out["window"]
                 now = time.monotonic()

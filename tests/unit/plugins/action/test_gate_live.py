@@ -222,3 +222,38 @@ def test_the_runner_is_gone_after_the_trial(program, monkeypatch):
     assert started
     stopped = [a for name, a in host.calls if name == "bench" and a.get("runner_state") == "stopped"]
     assert stopped and not os.path.exists(stopped[-1]["runner_socket"])
+
+
+CRASHING = textwrap.dedent(
+    """
+    import os, sys, time
+    path = sys.argv[1]
+    for step in range(10**9):
+        if os.path.exists(path) and open(path).read().strip() == "crash" and step > 20:
+            sys.exit("RuntimeError: unable to allocate shared memory(shm)")
+        time.sleep(0.004)
+        print('{"step_ms": 4.0}', flush=True)
+    """
+)
+
+
+class CrashHost(Host):
+    def set(self, on):
+        with open(self.path, "w") as handle:
+            handle.write("crash" if on else "fine")
+
+
+def test_a_layer_that_makes_the_running_program_fail_is_rolled_back_with_that_cause(tmp_path, monkeypatch):
+    prog = tmp_path / "crash.py"
+    prog.write_text(CRASHING)
+    layer_file = str(tmp_path / "layer")
+    host = CrashHost(layer_file, slow=1.0)
+    res = action(args_for(str(prog), layer_file), host, monkeypatch).run(task_vars={})
+    gate = res["gate"]
+    assert gate["decision"] == "rollback" and gate["cause"] == "workload_fails", gate
+    assert "unable to allocate shared memory" in gate["reason"]
+    # the program was started again, without the layer, for the window that showed it runs
+    lives = [a["live"] for name, a in host.calls if name == "bench" and a.get("live")]
+    assert lives.count("started") == 2
+    with open(layer_file) as handle:
+        assert handle.read() == "fine"
