@@ -327,6 +327,8 @@ class ActionModule(ActionBase):
             return out
 
         live, live_info = live_plan(changes, workloads, bench, wanted=bench.get("live", True) is not False)
+        if live:
+            state["unit"] = "window"  # what a stop lands in, for the journal's reason
         if not live:
             display.display("    %s: %s" % (a["layer"], budget_words(settings, workloads)))
         trial = None if live else Trial(workloads, set_layer, measure, policy, settings, time.monotonic)
@@ -515,7 +517,7 @@ class ActionModule(ActionBase):
         if exc.held or state["switching"]:
             during = "a switch of the layer"
         else:
-            during = "a block %s the layer" % ("with" if state["on"] else "without")
+            during = "a %s %s the layer" % (state.get("unit", "block"), "with" if state["on"] else "without")
         why = "%s during %s" % (exc.why, during)
         record = {"layer": layer, "why": why, "run_id": self._task.args.get("run_id")}
         record["layer_outcome"] = self._put_back(task_vars, "interrupted: %s" % why)
