@@ -80,6 +80,7 @@ class ActionModule(ActionBase):
             "gpu_count",
             "bench",
             "gate",
+            "budget",
             "unmeasurable",
             "run_id",
             "journal_dir",
@@ -224,8 +225,13 @@ class ActionModule(ActionBase):
         mode = a.get("mode", "gate")
         if mode not in ("gate", "calibrate"):
             raise AnsibleActionFail("mode must be gate or calibrate, got %r" % (mode,))
+        budget = a.get("budget")
+        if budget is not None and not isinstance(budget, dict):
+            raise AnsibleActionFail("budget must be a dict (stacktune_gate_budget), got %r" % (budget,))
         try:
-            settings = check_settings(a.get("gate") or {})
+            # the budget is an option of its own (errors name stacktune_gate_budget.<key>); given
+            # inside gate instead, as earlier callers did, its keys are still taken from there
+            settings = check_settings(a.get("gate") or {}, budget=budget)
         except GateSettingError as exc:
             raise AnsibleActionFail(str(exc)) from None
         bench = a.get("bench") or {}
@@ -401,46 +407,7 @@ class ActionModule(ActionBase):
             t0 = time.monotonic()
             begun = self._live_call("started", w, bench, task_vars)
             totals["start_s"] += time.monotonic() - t0
-            track = {"fresh": True, "since": time.monotonic(), "on": state["on"], "n": 0}
-
-            def window(workload, track=track):
-                guard.check()
-                fresh = track["fresh"] or track["on"] != state["on"]
-                args = {"seconds": window_s, "fresh": fresh, "drop_s": drop_s if fresh else 0.0}
-                args["drop_steps"] = LIVE_DROP_STEPS if fresh else 0
-                try:
-                    if track.get("ended"):
-                        # the program ended in an earlier window: a new one, started in this arm
-                        self._live_call("started", workload, bench, task_vars)
-                        track["ended"], args["fresh"] = False, True
-                    out = self._live_call("window", workload, bench, task_vars, live_window=args)
-                except ModuleFailed as exc:
-                    failed = exc.module_result
-                    if failed.get("failure") not in WORKLOAD_FAILURES:
-                        raise
-                    track["ended"] = True  # the runner ended the session with the failure
-                    return {"failed": True, "failure": failed["failure"], "error": failed.get("error_line")}
-                win = out["window"]
-                now = time.monotonic()
-                steps = win["samples_ms"]
-                track.update(fresh=False, on=state["on"], n=track["n"] + 1)
-                wall, track["since"] = now - track["since"], now
-                display.display(
-                    "    %s: %s window %d %s the layer: %d steps, mean %.3f ms%s"
-                    % (
-                        a["layer"],
-                        workload,
-                        track["n"],
-                        "with" if state["on"] else "without",
-                        len(steps),
-                        sum(steps) / len(steps),
-                        " (after %d steps not counted: the switch and its settling)" % win.get("dropped", 0)
-                        if fresh
-                        else "",
-                    )
-                )
-                return {"samples_ms": steps, "wall_s": wall, "measured_s": sum(steps) / 1000.0, "throughput": None}
-
+            window = self._window_taker(bench, task_vars, state, guard, window_s, drop_s)
             rng = random.Random("%s/%s/%s" % (a.get("run_id") or "manual", a["layer"], w))
             trial = Trial([w], set_layer, window, policy, s, time.monotonic, rng=rng)
             try:
@@ -479,6 +446,51 @@ class ActionModule(ActionBase):
             seconds=round(time.monotonic() - started, 1),
         )
         return decision, samples
+
+    def _window_taker(self, bench, task_vars, state, guard, window_s, drop_s):
+        """The live trial's ``measure``: one window of the workload's running program."""
+        a = self._task.args
+        track = {"fresh": True, "since": time.monotonic(), "on": state["on"], "n": 0}
+
+        def window(workload):
+            guard.check()
+            fresh = track["fresh"] or track["on"] != state["on"]
+            args = {"seconds": window_s, "fresh": fresh, "drop_s": drop_s if fresh else 0.0}
+            args["drop_steps"] = LIVE_DROP_STEPS if fresh else 0
+            try:
+                if track.get("ended"):
+                    # the program ended in an earlier window: a new one, started in this arm
+                    self._live_call("started", workload, bench, task_vars)
+                    track["ended"], args["fresh"] = False, True
+                out = self._live_call("window", workload, bench, task_vars, live_window=args)
+            except ModuleFailed as exc:
+                failed = exc.module_result
+                if failed.get("failure") not in WORKLOAD_FAILURES:
+                    raise
+                track["ended"] = True  # the runner ended the session with the failure
+                return {"failed": True, "failure": failed["failure"], "error": failed.get("error_line")}
+            win = out["window"]
+            now = time.monotonic()
+            steps = win["samples_ms"]
+            track.update(fresh=False, on=state["on"], n=track["n"] + 1)
+            wall, track["since"] = now - track["since"], now
+            display.display(
+                "    %s: %s window %d %s the layer: %d steps, mean %.3f ms%s"
+                % (
+                    a["layer"],
+                    workload,
+                    track["n"],
+                    "with" if state["on"] else "without",
+                    len(steps),
+                    sum(steps) / len(steps),
+                    " (after %d steps not counted: the switch and its settling)" % win.get("dropped", 0)
+                    if fresh
+                    else "",
+                )
+            )
+            return {"samples_ms": steps, "wall_s": wall, "measured_s": sum(steps) / 1000.0, "throughput": None}
+
+        return window
 
     def _live_call(self, what, workload, bench, task_vars, live_window=None, quiet=False):
         """One request of the live session in the runner (bench ``live``)."""

@@ -27,6 +27,13 @@ description:
     include the block-to-block noise. It stops once its policy's question is answered or the
     budget (C(max_blocks) in O(gate), C(max_seconds)) is spent, then keeps the layer
     (C(state=kept)) or puts it back to its snapshot, journaling the decision either way."
+  - "A layer whose every written change a running process sees (each row of O(changes) says
+    C(seen_running)) is judged in a live trial instead: per workload ONE process runs (a
+    built-in workload in live mode, or C(live_command) of O(bench), the user's program that
+    prints a step line per step until SIGTERM), the layer is switched between windows of its
+    steps (C(window_s) seconds; A B B A or B A A B quads drawn at random; the settling and two
+    steps dropped after each switch), and the windows are judged as blocks, at most
+    C(max_windows) per arm. C(live=false) in O(bench) measures in blocks always."
   - A dimension the blocks cannot resolve is reported C(unknown) with the smallest change
     it could have seen; it never hides a dimension that is resolved (a throughput collapse
     is a rollback whatever the tail shows).
@@ -73,7 +80,9 @@ options:
   bench:
     description:
       - Options handed to M(stacktune.gpu.bench) for every block (C(command), C(python),
-        C(size), C(steps), C(warmup), C(timeout), C(device), C(workers), C(env), C(data_dir)).
+        C(size), C(steps), C(warmup), C(timeout), C(device), C(workers), C(env), C(data_dir)),
+        and the gate's own C(runner) (false - a fresh interpreter per block), C(steps_by_workload),
+        C(live) (false - never a live trial) and C(live_command) (the user's program for live trials).
     type: dict
     default: {}
   gate:
@@ -87,6 +96,13 @@ options:
         C(max_seconds) (1800 per layer)."
     type: dict
     default: {}
+  budget:
+    description:
+      - "The budget (C(stacktune_gate_budget)): C(min_blocks) (4 per arm before the first look),
+        C(max_blocks) (8 per arm), C(max_seconds) (1800 per layer), and for a live trial
+        C(window_s) (3 s per window) and C(max_windows) (20 per arm). Errors name
+        C(stacktune_gate_budget.<key>). Without it, these keys are read from O(gate)."
+    type: dict
   unmeasurable:
     description:
       - What happens to a layer no workload here can measure, and to one whose changes no

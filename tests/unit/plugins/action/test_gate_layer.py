@@ -399,3 +399,17 @@ def test_runner_for_must_name_lists(monkeypatch):
     with pytest.raises(AnsibleActionFail, match="runner_for.kernel must be a list"):
         action(dict(BASE, runner_for={"kernel": "train_step"}), host, monkeypatch=monkeypatch).run(task_vars={})
     assert host.calls == []
+
+
+def test_the_budget_is_an_option_of_its_own_and_its_errors_name_the_variable(monkeypatch):
+    args = dict(BASE, gate={}, budget={"min_blocks": 4, "max_blocks": 1})
+    with pytest.raises(AnsibleActionFail, match=r"stacktune_gate_budget\.max_blocks must be an integer in 2\.\.200"):
+        action(args, FakeHost(), monkeypatch=monkeypatch).run(task_vars={})
+    args = dict(BASE, gate={}, budget={"max_block": 4})
+    with pytest.raises(AnsibleActionFail, match=r"stacktune_gate_budget: unknown key\(s\) max_block"):
+        action(args, FakeHost(), monkeypatch=monkeypatch).run(task_vars={})
+    host = FakeHost(effect=1.5)
+    res = action(dict(BASE, gate={}, budget={"min_blocks": 4, "max_blocks": 4}), host, monkeypatch=monkeypatch).run(
+        task_vars={}
+    )
+    assert res["gate"]["decision"] == "rollback" and res["gate"]["blocks"] == {"with": 4, "without": 4}

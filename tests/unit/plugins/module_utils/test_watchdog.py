@@ -42,7 +42,8 @@ def expire(root, run_id="run-a"):
     holder = lock.holder()
     raw = dict(holder, expires_ts=time.time() - 1)
     raw.pop("expired", None)
-    lock._write(raw, lock.past())  # pylint: disable=protected-access - the clock is not ours to move
+    # the clock is not ours to move: the lease is written as expired
+    lock._write(raw, lock.past())  # pylint: disable=protected-access
 
 
 @pytest.mark.parametrize("state", ["applied", "suspended"])
