@@ -2,7 +2,8 @@
 # Set up what `make tune` and `make test` need on a fresh Debian/Ubuntu machine.
 #   tools/bootstrap.sh run   -> .venv with the runtime requirements
 #   tools/bootstrap.sh test  -> the above, the test requirements, (as root) podman,
-#                               runc and debootstrap for the molecule scenarios, and promtool
+#                               runc and debootstrap for the molecule scenarios, chromium
+#                               for the HTML report's browser test, and promtool
 #                               (from Debian's prometheus package) in .venv/bin for the
 #                               metrics tests
 #   tools/bootstrap.sh cores -> one venv per line of requirements-cores.txt under
@@ -114,6 +115,10 @@ if [ "$what" = "test" ]; then
   if ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v debootstrap >/dev/null \
     || ! command -v shellcheck >/dev/null; then
     apt_install podman runc debootstrap shellcheck
+  fi
+  # the HTML report is rendered in a headless browser by the unit tests (test_report_browser.py)
+  if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null; then
+    apt_install chromium || echo "stacktune: no chromium package here; the HTML report's browser test is skipped" >&2
   fi
   promtool_install
 fi
