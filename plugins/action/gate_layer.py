@@ -360,7 +360,7 @@ class ActionModule(ActionBase):
                 else:
                     self._stop_runner(task_vars)
                 decision["measurable"] = True
-                decision["workloads_measured"] = workloads
+                decision.setdefault("workloads_measured", workloads)
                 with guard.critical():
                     self._finish(decision, task_vars)
             except LeaseLost as exc:
@@ -409,7 +409,9 @@ class ActionModule(ActionBase):
             totals["start_s"] += time.monotonic() - t0
             window = self._window_taker(bench, task_vars, state, guard, window_s, drop_s)
             rng = random.Random("%s/%s/%s" % (a.get("run_id") or "manual", a["layer"], w))
-            trial = Trial([w], set_layer, window, policy, s, time.monotonic, rng=rng)
+            # max_seconds is the layer's: each workload's trial gets what the ones before left
+            left = dict(s, max_seconds=max(1, int(s["max_seconds"] - (time.monotonic() - started))))
+            trial = Trial([w], set_layer, window, policy, left, time.monotonic, rng=rng)
             try:
                 results[w] = trial.run()
             finally:
@@ -425,8 +427,13 @@ class ActionModule(ActionBase):
             totals["measured_s"] += (results[w]["cost"]["total"] or {}).get("measured_s") or 0.0
             results[w]["live_start_s"] = begun.get("live_start_s")
             results[w]["live_ended"] = {k: v for k, v in (ended or {}).items() if k in ("rc", "killed", "steps")}
+            if results[w].get("decision") == "rollback" and (
+                results[w].get("cause") or "worse" in (results[w].get("verdicts") or {}).values()
+            ):
+                break  # shown worse (or broken) on this workload: the others cannot keep the layer
         # every workload's trial has ended: nothing more will be measured, so the combination is final
-        decision = combine(results, policy, True) if len(results) > 1 else results[workloads[0]]
+        decision = combine(results, policy, True) if len(results) > 1 else results[list(results)[0]]
+        decision["workloads_measured"] = list(results)
         decision["cost"] = block_cost(cost)
         share = decision["cost"]["total"].get("measured_share")
         decision["live"] = {

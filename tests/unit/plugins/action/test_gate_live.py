@@ -257,3 +257,68 @@ def test_a_layer_that_makes_the_running_program_fail_is_rolled_back_with_that_ca
     assert lives.count("started") == 2
     with open(layer_file) as handle:
         assert handle.read() == "fine"
+
+
+class FakeLiveHost:
+    """Answers the live requests with made-up windows: ``slow[workload]`` while the layer is on."""
+
+    def __init__(self, slow):
+        self.slow, self.on, self.calls = slow, True, []
+        self.rng = random.Random(5)
+
+    def execute(self, module_name, module_args, task_vars):
+        name = module_name.rsplit(".", 1)[1]
+        self.calls.append((name, dict(module_args)))
+        if name == "host_settings":
+            self.on = module_args["state"] in ("reapplied", "kept")
+            return {"changed": True, "settings": []}
+        if module_args.get("runner_state"):
+            return {"runner_socket": "/run/stacktune-runner-x/runner.sock", "runner_start_s": 0.1}
+        live = module_args.get("live")
+        if live == "started":
+            return {"live": "started", "live_start_s": 0.1}
+        if live == "stopped":
+            return {"live": "stopped", "ended": {"rc": 0, "steps": 1000}}
+        factor = self.slow.get(module_args["workload"], 1.0) if self.on else 1.0
+        steps = [10.0 * factor * (1.0 + self.rng.gauss(0, 0.002)) for _i in range(100)]
+        return {"live": "window", "window": {"samples_ms": steps, "dropped": 2}}
+
+
+def test_a_workload_that_shows_the_layer_worse_ends_the_live_trial(monkeypatch):
+    host = FakeLiveHost({"gemm": 1.3})
+    args = {
+        "layer": "gpu_settings",
+        "policy": "improve",
+        "workloads": ["gemm", "train_step"],
+        "gpu_count": 1,
+        "bench": {"live": True},
+        "gate": {},
+        "budget": {"min_blocks": 4, "max_windows": 8, "window_s": 1},
+        "changes": [dict(LIVE_ROW, id="nvml:gpu0:power_limit_w")],
+    }
+    res = action(args, host, monkeypatch).run(task_vars={})
+    gate = res["gate"]
+    assert gate["decision"] == "rollback" and gate["verdicts"]["throughput"] == "worse"
+    assert gate["workloads_measured"] == ["gemm"]
+    started = [a["workload"] for name, a in host.calls if name == "bench" and a.get("live") == "started"]
+    assert started == ["gemm"]  # train_step was never started: gemm had shown the layer worse
+    assert set(res["samples_by_workload"]) == {"gemm"}
+
+
+def test_a_harmless_layer_is_judged_on_every_workload(monkeypatch):
+    host = FakeLiveHost({})
+    args = {
+        "layer": "kernel",
+        "policy": "no_regression",
+        "workloads": ["train_step", "dataloader"],
+        "gpu_count": 1,
+        "bench": {"live": True},
+        "gate": {},
+        "budget": {"min_blocks": 4, "max_windows": 8, "window_s": 1},
+        "changes": [LIVE_ROW],
+    }
+    res = action(args, host, monkeypatch).run(task_vars={})
+    gate = res["gate"]
+    assert gate["decision"] == "keep" and gate["workloads_measured"] == ["train_step", "dataloader"]
+    assert sorted(gate["workloads"]) == ["dataloader", "train_step"]
+    assert gate["method"] == "live" and gate["final"] is True
