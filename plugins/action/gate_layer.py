@@ -184,15 +184,22 @@ class ActionModule(ActionBase):
         except Exception:  # noqa: BLE001 - the error being reported matters more
             self._runner = None
 
-    def _bench(self, workload, bench, task_vars):
+    def _bench_args(self, workload, bench, leave_out=()):
+        """The bench module's arguments for ``workload``: the run, and the options of ``bench``
+        it takes (``command`` only for the user's program), less ``leave_out``."""
         args = {"workload": workload}
         if self._task.args.get("run_id"):
             args["run_id"] = self._task.args["run_id"]
+        for key in BENCH_KEYS:
+            if key in leave_out or bench.get(key) is None or (key == "command" and workload != "command"):
+                continue
+            args[key] = bench[key]
+        return args
+
+    def _bench(self, workload, bench, task_vars):
+        args = self._bench_args(workload, bench)
         if getattr(self, "_runner", None) and workload != "command":
             args["runner_socket"] = self._runner
-        for key in BENCH_KEYS:
-            if bench.get(key) is not None and not (key == "command" and workload != "command"):
-                args[key] = bench[key]
         if workload in (bench.get("steps_by_workload") or {}):
             args["steps"] = bench["steps_by_workload"][workload]
         try:
@@ -333,11 +340,12 @@ class ActionModule(ActionBase):
             return out
 
         live, live_info = live_plan(changes, workloads, bench, wanted=bench.get("live", True) is not False)
+        trial = None
         if live:
             state["unit"] = "window"  # what a stop lands in, for the journal's reason
-        if not live:
+        else:
             display.display("    %s: %s" % (a["layer"], budget_words(settings, workloads)))
-        trial = None if live else Trial(workloads, set_layer, measure, policy, settings, time.monotonic)
+            trial = Trial(workloads, set_layer, measure, policy, settings, time.monotonic)
         with guard:
             try:
                 self._runner = self._start_runner(workloads, bench, task_vars, for_live=live)
@@ -395,7 +403,7 @@ class ActionModule(ActionBase):
         s = live_settings(settings)
         window_s = float(settings["window_s"])
         results, samples, cost = {}, {}, {}
-        totals = {"with": 0, "without": 0, "toggles": 0, "start_s": 0.0, "windows_s": 0.0, "measured_s": 0.0}
+        totals = {"with": 0, "without": 0, "toggles": 0, "start_s": 0.0}
         started = time.monotonic()
         display.display(
             "    %s: live trial (every change is seen by a running process): windows of %g s, at most %d per arm"
@@ -423,8 +431,6 @@ class ActionModule(ActionBase):
             totals["with"] = max(totals["with"], results[w]["blocks"]["with"])
             totals["without"] = max(totals["without"], results[w]["blocks"]["without"])
             totals["toggles"] += results[w]["toggles"]
-            totals["windows_s"] += (results[w]["cost"]["total"] or {}).get("wall_s") or 0.0
-            totals["measured_s"] += (results[w]["cost"]["total"] or {}).get("measured_s") or 0.0
             results[w]["live_start_s"] = begun.get("live_start_s")
             results[w]["live_ended"] = {k: v for k, v in (ended or {}).items() if k in ("rc", "killed", "steps")}
             if results[w].get("decision") == "rollback" and (
@@ -435,16 +441,16 @@ class ActionModule(ActionBase):
         decision = combine(results, policy, True) if len(results) > 1 else results[list(results)[0]]
         decision["workloads_measured"] = list(results)
         decision["cost"] = block_cost(cost)
-        share = decision["cost"]["total"].get("measured_share")
+        spent = decision["cost"]["total"]
         decision["live"] = {
             "used": True,
             "window_s": window_s,
             "drop_s": drop_s,
             "drop_steps": LIVE_DROP_STEPS,
             "start_s": round(totals["start_s"], 2),
-            "windows_s": round(totals["windows_s"], 2),
-            "measured_s": round(totals["measured_s"], 2),
-            "measured_share": share,
+            "windows_s": spent["wall_s"],
+            "measured_s": spent["measured_s"],
+            "measured_share": spent.get("measured_share"),
         }
         decision.update(
             method="live",
@@ -501,12 +507,9 @@ class ActionModule(ActionBase):
 
     def _live_call(self, what, workload, bench, task_vars, live_window=None, quiet=False):
         """One request of the live session in the runner (bench ``live``)."""
-        args = {"live": what, "workload": workload, "runner_socket": self._runner}
-        if self._task.args.get("run_id"):
-            args["run_id"] = self._task.args["run_id"]
-        for key in BENCH_KEYS:
-            if bench.get(key) is not None and key not in ("command", "steps"):
-                args[key] = bench[key]
+        # a live session runs until it is ended (no steps), the user's program as its live command
+        args = self._bench_args(workload, bench, leave_out=("command", "steps"))
+        args.update(live=what, runner_socket=self._runner)
         if workload == "command":
             args["command"] = bench.get("live_command")
         if live_window is not None:

@@ -37,7 +37,8 @@ import time
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.engine import Engine
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.trust import ensure_private_dir
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import open_journal
-from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops import rooted
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context, run_argv
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import RunLock
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import controller_gone
 
@@ -93,19 +94,6 @@ def watch(run_id, journal_dir, root="/", poll_s=POLL_S, run_command=None, sleep=
     return {"ended": "too old"}
 
 
-def run_argv(argv):
-    """A Context's ``run_command`` outside Ansible: argv lists only, looked up on PATH."""
-    binary = shutil.which(argv[0]) if not os.path.isabs(argv[0]) else argv[0]
-    if binary is None:
-        return 127, "", "No such file: %s" % argv[0]
-    proc = subprocess.run([binary] + list(argv[1:]), capture_output=True, text=True, check=False)
-    return proc.returncode, proc.stdout, proc.stderr
-
-
-def _folder(journal_dir, root):
-    return os.path.join(root, journal_dir.lstrip("/"), WATCH_DIR)
-
-
 def _alive(record_path, clock=time.time):
     """Whether the watchdog that wrote ``record_path`` still runs: its pid runs (not a zombie)
     and is a watchdog, or was started moments ago (a process that has just started may not
@@ -133,7 +121,7 @@ def _code_root():
 
 def spawn(run_id, journal_dir, root="/", python=None):
     """Start the watchdog of run_id unless one runs; returns its pid, or None when one ran."""
-    folder = _folder(journal_dir, root)
+    folder = os.path.join(rooted(root, journal_dir), WATCH_DIR)
     ensure_private_dir(folder)
     record = os.path.join(folder, "%s.json" % run_id)
     if _alive(record):

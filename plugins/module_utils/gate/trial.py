@@ -615,5 +615,4 @@ def live_plan(changes, workloads, bench, wanted=True):
             return False, "the user's program runs per block (stacktune_bench_live_command is not set)"
         if w not in LIVE_WORKLOADS and w not in ("command", "auto"):
             return False, "workload %s cannot run for a whole trial" % w
-    settle = [float(r.get("settle_s") or 0.0) for r in now]
-    return True, max(settle) if settle else 0.0
+    return True, max(float(r.get("settle_s") or 0.0) for r in now)

@@ -22,6 +22,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
+import shutil
+import subprocess
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops import (
     read_text,
@@ -61,10 +63,24 @@ def command_runner(module):
     def run_command(argv):
         binary = module.get_bin_path(argv[0])
         if binary is None:
-            return 127, "", "No such file: %s" % argv[0]
+            return _not_found(argv)
         return module.run_command([binary] + list(argv[1:]))
 
     return run_command
+
+
+def run_argv(argv):
+    """The same ``run_command`` outside Ansible (the host's watchdog): argv lists only, the
+    program looked up on PATH (exit 127 with a message when it is not there)."""
+    binary = argv[0] if os.path.isabs(argv[0]) else shutil.which(argv[0])
+    if binary is None:
+        return _not_found(argv)
+    proc = subprocess.run([binary] + list(argv[1:]), capture_output=True, text=True, check=False)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def _not_found(argv):
+    return 127, "", "No such file: %s" % argv[0]
 
 
 class Context(object):

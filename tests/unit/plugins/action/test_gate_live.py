@@ -284,18 +284,24 @@ class FakeLiveHost:
         return {"live": "window", "window": {"samples_ms": steps, "dropped": 2}}
 
 
-def test_a_workload_that_shows_the_layer_worse_ends_the_live_trial(monkeypatch):
-    host = FakeLiveHost({"gemm": 1.3})
-    args = {
-        "layer": "gpu_settings",
-        "policy": "improve",
-        "workloads": ["gemm", "train_step"],
+def fake_live_args(layer, policy, workloads, row=LIVE_ROW):
+    """gate_layer's arguments for a live trial on FakeLiveHost (1-second windows)."""
+    return {
+        "layer": layer,
+        "policy": policy,
+        "workloads": workloads,
         "gpu_count": 1,
         "bench": {"live": True},
         "gate": {},
         "budget": {"min_blocks": 4, "max_windows": 8, "window_s": 1},
-        "changes": [dict(LIVE_ROW, id="nvml:gpu0:power_limit_w")],
+        "changes": [row],
     }
+
+
+def test_a_workload_that_shows_the_layer_worse_ends_the_live_trial(monkeypatch):
+    host = FakeLiveHost({"gemm": 1.3})
+    power = dict(LIVE_ROW, id="nvml:gpu0:power_limit_w")
+    args = fake_live_args("gpu_settings", "improve", ["gemm", "train_step"], power)
     res = action(args, host, monkeypatch).run(task_vars={})
     gate = res["gate"]
     assert gate["decision"] == "rollback" and gate["verdicts"]["throughput"] == "worse"
@@ -307,17 +313,9 @@ def test_a_workload_that_shows_the_layer_worse_ends_the_live_trial(monkeypatch):
 
 def test_a_harmless_layer_is_judged_on_every_workload(monkeypatch):
     host = FakeLiveHost({})
-    args = {
-        "layer": "kernel",
-        "policy": "no_regression",
-        "workloads": ["train_step", "dataloader"],
-        "gpu_count": 1,
-        "bench": {"live": True},
-        "gate": {},
-        "budget": {"min_blocks": 4, "max_windows": 8, "window_s": 1},
-        "changes": [LIVE_ROW],
-    }
-    res = action(args, host, monkeypatch).run(task_vars={})
+    res = action(fake_live_args("kernel", "no_regression", ["train_step", "dataloader"]), host, monkeypatch).run(
+        task_vars={}
+    )
     gate = res["gate"]
     assert gate["decision"] == "keep" and gate["workloads_measured"] == ["train_step", "dataloader"]
     assert sorted(gate["workloads"]) == ["dataloader", "train_step"]
