@@ -406,9 +406,8 @@ class ActionModule(ActionBase):
         totals = {"with": 0, "without": 0, "toggles": 0, "start_s": 0.0}
         started = time.monotonic()
         display.display(
-            "    %s: live trial (every change is seen by a running process): windows of %g s, at most %d per arm"
-            " on each of %d workload(s), the first look after %d; %.1f s and %d steps dropped after each switch"
-            % (a["layer"], window_s, s["max_blocks"], len(workloads), s["min_blocks"], drop_s, LIVE_DROP_STEPS)
+            "    %s: every change is seen by a running process. %s %.1f s and %d steps are dropped after each switch."
+            % (a["layer"], budget_words(settings, workloads, live=True), drop_s, LIVE_DROP_STEPS)
         )
         for w in workloads:
             guard.check()

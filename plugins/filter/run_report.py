@@ -147,6 +147,12 @@ HOW_TO_READ = [
     "step, the tail: the mean of each block's slowest 1%); `±` is its noise, the half-width of its",
     "interval. Every number behind a decision is under the layer's details below and in the JSON.",
 ]
+# Added under HOW_TO_READ when a layer of the run was measured in a live trial.
+HOW_TO_READ_LIVE = [
+    "A layer measured in *windows of one running process* had a live trial: one process of each",
+    "workload ran throughout, the layer was switched on and off between windows of its steps, and",
+    "each window counts as a block above (docs/gate.md, Live trials).",
+]
 OUTCOMES = {"keep": "kept", "rollback": "rolled back", "inconclusive": "inconclusive"}
 
 
@@ -383,7 +389,8 @@ def _details(r, budget):
     lines = []
     if gate:
         measured = gate.get("measurable") is not False
-        lines += details(gate, budget_words(budget, gate.get("workloads_measured")) if budget and measured else None)
+        said = budget_words(budget, gate.get("workloads_measured"), live=gate.get("method") == "live")
+        lines += details(gate, said if budget and measured else None)
     return lines
 
 
@@ -401,6 +408,8 @@ def report_markdown(results, host, run_id, facts, check_mode=False, acceptance=N
     budget = plain(budget) if hasattr(budget, "keys") else None
     check_mode = bool(check_mode)
     lines = _head(host, run_id, facts, check_mode, acceptance, plot)
+    if not check_mode and any((r.get("gate") or {}).get("method") == "live" for r in results if isinstance(r, dict)):
+        lines += HOW_TO_READ_LIVE + [""]
     lines += [
         "| layer | policy | outcome | settings changed | pending reboot | measured on | verdict |",
         "| --- | --- | --- | --- | --- | --- | --- |",

@@ -379,13 +379,26 @@ def details(decision, budget=None):
     return lines
 
 
-def budget_words(budget, workloads):
-    """The budget per arm and per workload, and what it adds up to."""
+def budget_words(budget, workloads, live=False):
+    """The budget per arm and per workload, and what it adds up to; with ``live``, a live
+    trial's (windows of one running process per workload)."""
     budget = _dict(budget)
     n = len(workloads or []) or 1
-    most, first = budget.get("max_blocks"), budget.get("min_blocks")
+    most, first = budget.get("max_windows" if live else "max_blocks"), budget.get("min_blocks")
     if most is None:
         return None
+    if live:
+        return (
+            "Budget: a live trial, one running process per workload; at most %s windows of %s s per arm (with the"
+            " layer, and without it) on each of %d workload(s)%s%s."
+            % (
+                most,
+                budget.get("window_s"),
+                n,
+                "; the first look after %s per arm" % first if first is not None else "",
+                "; at most %s s of measuring" % budget["max_seconds"] if budget.get("max_seconds") is not None else "",
+            )
+        )
     try:
         total = 2 * int(most) * n
     except (TypeError, ValueError):

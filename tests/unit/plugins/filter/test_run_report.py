@@ -263,3 +263,20 @@ def test_html_has_the_same_content_escaped():
     assert "&lt;script&gt;" in filters.report_html("a <script>x</script>")
     with pytest.raises(AnsibleFilterError, match="Markdown"):
         filters.report_html(None)
+
+
+def test_a_live_trial_is_read_as_windows_of_one_running_process():
+    decision = dict(DECISIONS["rollback_tail"], method="live", blocks={"with": 4, "without": 4})
+    result = {"layer": "kernel", "policy": "improve", "decision": "rollback", "changed": True, "gate": decision,
+              "settings": [], "pending_reboot": []}  # fmt: skip
+    budget = {"min_blocks": 4, "max_blocks": 8, "max_seconds": 1800, "window_s": 3, "max_windows": 20}
+    text = filters.report_markdown([result], "h", "r", {}, budget=budget)
+    head = text.split("| layer |", maxsplit=1)[0]
+    assert "\n".join(filters.HOW_TO_READ_LIVE) in head
+    assert "4 windows of one running process per arm" in text.split("## kernel", maxsplit=1)[0]
+    details = text.split("### kernel: details")[1]
+    assert "Budget: a live trial, one running process per workload; at most 20 windows of 3 s per arm" in details
+    assert "blocks in all" not in details
+    # measured in blocks: no word of live trials
+    blocks = filters.report_markdown([dict(result, gate=DECISIONS["rollback_tail"])], "h", "r", {}, budget=budget)
+    assert filters.HOW_TO_READ_LIVE[0] not in blocks and "at most 8 blocks per arm" in blocks
