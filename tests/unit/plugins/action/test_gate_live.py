@@ -284,8 +284,9 @@ class FakeLiveHost:
         return {"live": "window", "window": {"samples_ms": steps, "dropped": 2}}
 
 
-def fake_live_args(layer, policy, workloads, row=LIVE_ROW):
-    """gate_layer's arguments for a live trial on FakeLiveHost (1-second windows)."""
+def fake_live_args(layer, policy, workloads, row=None):
+    """gate_layer's arguments for a live trial on FakeLiveHost (1-second windows); ``row`` is
+    the layer's one change (LIVE_ROW when not given)."""
     return {
         "layer": layer,
         "policy": policy,
@@ -294,7 +295,7 @@ def fake_live_args(layer, policy, workloads, row=LIVE_ROW):
         "bench": {"live": True},
         "gate": {},
         "budget": {"min_blocks": 4, "max_windows": 8, "window_s": 1},
-        "changes": [row],
+        "changes": [row or LIVE_ROW],
     }
 
 
