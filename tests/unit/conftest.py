@@ -154,3 +154,60 @@ def promtool_check():
         return proc.stdout + proc.stderr
 
     return check
+
+
+# make cores (tools/test-cores.sh) runs on the other ansible-core versions only the tests whose
+# verdict can depend on ansible-core: STACKTUNE_CORE_FACING_ONLY=1 leaves out every test file
+# that neither imports ansible-core nor a plugin that runs inside it (modules, action, filter,
+# lookup, test, callback, plugin_utils, doc_fragments), nor runs an ansible command. What is left
+# out tests module_utils alone, which imports nothing from ansible-core
+# (tests/unit/test_cores.py::test_module_utils_import_no_ansible_core keeps it so), so it gives
+# the same verdict on every core; the main version runs every test.
+_COLLECTION_PLUGINS = "ansible_collections.stacktune.gpu.plugins"
+_ANSIBLE_COMMAND = re.compile(r"""["'](?:ansible|ansible-(?:playbook|doc|galaxy|test|lint|inventory))["']""")
+
+
+def _imported(path):
+    """The modules a Python file imports, at any depth of the file."""
+    import ast
+
+    with open(path) as handle:
+        source = handle.read()
+    names = []
+    for node in ast.walk(ast.parse(source, path)):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.extend([node.module] + [node.module + "." + alias.name for alias in node.names])
+    return source, names
+
+
+def core_facing(path, _seen=None):
+    """Whether a test file's verdict can depend on the ansible-core version (see above)."""
+    source, names = _imported(path)
+    if _ANSIBLE_COMMAND.search(source):
+        return True
+    for name in names:
+        if name == "ansible" or name.startswith("ansible."):
+            return True
+        if name.startswith(_COLLECTION_PLUGINS + ".") and not name.startswith(_COLLECTION_PLUGINS + ".module_utils"):
+            return True
+    # helpers the tests import from their own folders count as part of the test file
+    seen = set() if _seen is None else _seen
+    here = os.path.dirname(path)
+    for name in names:
+        helper = os.path.join(here, name.split(".")[0] + ".py")
+        if helper not in seen and os.path.isfile(helper) and helper != path:
+            seen.add(helper)
+            if core_facing(helper, seen):
+                return True
+    return False
+
+
+def pytest_ignore_collect(collection_path, config):
+    if os.environ.get("STACKTUNE_CORE_FACING_ONLY") != "1":
+        return None
+    path = str(collection_path)
+    if os.path.basename(path).startswith("test_") and path.endswith(".py") and not core_facing(path):
+        return True
+    return None

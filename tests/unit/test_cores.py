@@ -74,3 +74,44 @@ def test_the_newest_core_names_the_python_it_needs():
     with open(os.path.join(REPO, "requirements-cores.txt")) as handle:
         line = [x for x in handle if x.startswith("ansible>=13")][0]
     assert 'python_version >= "3.12"' in line, line
+
+
+def test_module_utils_import_no_ansible_core():
+    """module_utils is plain Python: what it does cannot depend on the ansible-core version.
+
+    `make cores` leans on this: on the other cores it runs only the test files that reach
+    ansible-core (tests/unit/conftest.py's core_facing); those of module_utils alone give the
+    same verdict on every core."""
+    import ast
+
+    found = []
+    for path in sorted(glob.glob(os.path.join(REPO, "plugins", "module_utils", "**", "*.py"), recursive=True)):
+        with open(path) as handle:
+            tree = ast.parse(handle.read(), path)
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            found += [
+                "%s:%d %s" % (os.path.relpath(path, REPO), node.lineno, name)
+                for name in names
+                if name == "ansible" or name.startswith("ansible.")
+            ]
+    assert not found, found
+
+
+def test_the_core_facing_tests_are_chosen_by_what_they_import():
+    """The selection `make cores` uses: a plugin test is in, a module_utils-only test is out."""
+    import importlib.util
+
+    unit = os.path.join(REPO, "tests", "unit")
+    spec = importlib.util.spec_from_file_location("stacktune_unit_conftest", os.path.join(unit, "conftest.py"))
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    assert conftest.core_facing(os.path.join(unit, "plugins", "callback", "test_stacktune_callback.py"))
+    assert conftest.core_facing(os.path.join(unit, "plugins", "action", "test_gate_layer.py"))
+    assert conftest.core_facing(os.path.join(unit, "test_release.py"))
+    assert not conftest.core_facing(os.path.join(unit, "plugins", "module_utils", "test_gate.py"))
+    assert not conftest.core_facing(os.path.join(unit, "test_portable_templates.py"))
