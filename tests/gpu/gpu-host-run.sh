@@ -12,7 +12,7 @@ RUN_DIR="${RUN_DIR:-/tmp/stacktune-gpu-run}"
 mkdir -p "$RUN_DIR"
 log="$RUN_DIR/gpu-host-run.log"
 exec > >(tee -a "$log") 2>&1
-steps="${*:-capture pytest facts bench tune acceptance}"  # also: safety failures signals cost cost-default gate-a gate-b calibrate nccl acceptance-depth cpuio record1 record-user live-windows live-gate live-user
+steps="${*:-capture pytest facts bench tune acceptance}"  # also: safety failures signals cost cost-default gate-a gate-b calibrate nccl acceptance-depth cpuio record1 record-user live-windows live-gate live-user cores
 py="${PYTHON:-python3}"
 if [ -d .whl ] && ! "$py" -c 'import ansible' 2>/dev/null; then
   "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -198,6 +198,25 @@ print("lock:", json.load(open("/var/lib/stacktune/run.lock"))["holder"])'
       run ap playbooks/rollback.yml
       echo "state hash after rollback: $(state_hash after)"
       diff "$RUN_DIR/state-before.txt" "$RUN_DIR/state-after.txt" && echo "ROLLBACK EXACT: state after rollback == before tune"
+      ;;
+    cores)
+      # tune.yml with the default gate, then rollback, with every other supported ansible-core
+      # (the wheels under .whl/cores/<major.minor>/, CORES picks some: CORES="2.16 2.20"), each
+      # shadowing the main one on PYTHONPATH; the state after each rollback is the state before
+      for dir in .whl/cores/*/; do
+        core="$(basename "$dir")"
+        [ -z "${CORES:-}" ] || [[ " $CORES " == *" $core "* ]] || continue
+        "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "/tmp/site-$core" "$dir"*.whl || exit 1
+        echo "state hash before: $(state_hash before)"
+        t0=$(date +%s)
+        run env PYTHONPATH="/tmp/site-$core:${PYTHONPATH:-}" "$py" -m ansible.cli.playbook --version
+        run env PYTHONPATH="/tmp/site-$core:${PYTHONPATH:-}" "$py" -m ansible.cli.playbook tune.yml \
+          -e stacktune_run_id="core-$core" -e stacktune_report_dir="$RUN_DIR/reports" -e "$TUNE_VARS"
+        echo "ansible-core $core: tune.yml (all layers but driver) $(( $(date +%s) - t0 )) s"
+        run env PYTHONPATH="/tmp/site-$core:${PYTHONPATH:-}" "$py" -m ansible.cli.playbook playbooks/rollback.yml
+        echo "state hash after rollback: $(state_hash after)"
+        diff "$RUN_DIR/state-before.txt" "$RUN_DIR/state-after.txt" && echo "ROLLBACK EXACT ($core): state after rollback == before tune"
+      done
       ;;
     record1)
       # blocks as the gate runs them on this one-GPU host (forked from the block runner), for
