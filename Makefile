@@ -51,7 +51,7 @@ facts: deps-run
 	ansible-playbook playbooks/facts.yml $(ARGS)
 
 ## make test: every check CI runs: lint, sanity, unit tests, the installed collection, molecule scenarios, the other ansible-core versions
-test: deps-test lint sanity unit installed molecule
+test: deps-test lint sanity unit installed molecule cores
 
 deps-run:
 	@tools/bootstrap.sh run

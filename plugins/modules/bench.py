@@ -527,7 +527,8 @@ RUNNER_PREFIX = "stacktune-runner-"
 
 def sweep_runner_folders(base):
     """Remove the folders of runners that are gone (killed with SIGKILL, their host's power cut
-    short of a reboot): this user's, whose socket no runner answers on any more."""
+    short of a reboot): this user's, whose socket no runner answers on any more. A folder with
+    no socket yet is a runner still starting, for RUNNER_START_TIMEOUT_S: it is left alone."""
     removed = []
     for name in os.listdir(base):
         path = os.path.join(base, name)
@@ -535,10 +536,13 @@ def sweep_runner_folders(base):
             continue
         if os.lstat(path).st_uid != os.geteuid():
             continue
+        sock = os.path.join(path, "runner.sock")
+        if not os.path.lexists(sock) and time.time() - os.lstat(path).st_mtime < RUNNER_START_TIMEOUT_S:
+            continue  # a runner being started (its socket comes when it is ready): another run's
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
             probe.settimeout(0.5)
             try:
-                probe.connect(os.path.join(path, "runner.sock"))
+                probe.connect(sock)
                 continue  # a runner answers there: another run's, or this one's
             except (ConnectionRefusedError, FileNotFoundError):
                 pass

@@ -151,7 +151,9 @@ def test_a_controller_nothing_here_can_see_is_never_taken_for_gone(change):
 
 
 def test_a_killed_runners_folder_is_swept_and_a_live_ones_kept(runner, tmp_path):
-    """SIGKILL leaves a runner's folder behind; the next runner's start removes it, never a live one's."""
+    """SIGKILL leaves a runner's folder behind; the next runner's start removes it, never a live
+    one's, nor that of a runner another run is starting (no socket yet: two runs starting runners
+    at once removed each other's folders)."""
     import socket
 
     dead = tmp_path / (bench.RUNNER_PREFIX + "dead")
@@ -161,11 +163,15 @@ def test_a_killed_runners_folder_is_swept_and_a_live_ones_kept(runner, tmp_path)
     (dead / "out-1").write_text("{}")
     no_socket = tmp_path / (bench.RUNNER_PREFIX + "nosocket")
     no_socket.mkdir(mode=0o700)
+    old = time.time() - bench.RUNNER_START_TIMEOUT_S - 1
+    os.utime(str(no_socket), (old, old))  # killed before its socket came, longer ago than a start takes
+    starting = tmp_path / (bench.RUNNER_PREFIX + "starting")
+    starting.mkdir(mode=0o700)  # another run's runner, started a moment ago: no socket yet
     other = tmp_path / "stacktune-other"
     other.mkdir()
     live = os.path.dirname(runner["runner_socket"])
     assert set(bench.sweep_runner_folders(str(tmp_path))) == {str(dead), str(no_socket)}
-    assert not dead.exists() and not no_socket.exists() and other.exists()
+    assert not dead.exists() and not no_socket.exists() and other.exists() and starting.exists()
     # the live runner of the fixture, in its own base folder, answers and stays
     assert str(live) not in bench.sweep_runner_folders(os.path.dirname(live))
     assert os.path.exists(runner["runner_socket"])
