@@ -23,7 +23,6 @@ import time
 import traceback
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import (
-    DEFAULT_STEPS_OTHER,
     LIVE,
     LIVE_STEPS,
     WorkloadError,
@@ -56,7 +55,7 @@ def resolve_auto():
 
 
 def _default_size(name, live):
-    return LIVE_SIZE.get(name, DEFAULT_SIZE[name]) if live else DEFAULT_SIZE[name]
+    return LIVE_SIZE[name] if live else DEFAULT_SIZE[name]
 
 
 def run(cfg):
@@ -80,7 +79,7 @@ def run(cfg):
             os.sched_setaffinity(0, cpus)
         except (AttributeError, OSError, ValueError) as exc:
             raise WorkloadError("cannot pin the workload to CPUs %s: %s" % (cpus, exc)) from None
-    steps = int(cfg["steps"]) if cfg.get("steps") is not None else DEFAULT_STEPS.get(name, DEFAULT_STEPS_OTHER)
+    steps = int(cfg["steps"]) if cfg.get("steps") is not None else DEFAULT_STEPS[name]
     params = {
         "steps": LIVE_STEPS if cfg.get("live") else steps,
         "warmup": int(cfg["warmup"]),
