@@ -283,7 +283,7 @@ import importlib.util, json, os, subprocess, sys
 root, copy, repo, checks, out = sys.argv[1:6]
 sys.path[:0] = [root]
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import bench, program, registry, source
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate import trial
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate import settings, trial
 assert registry.__file__.startswith(copy), registry.__file__
 spec = importlib.util.spec_from_file_location("workload_checks", checks)
 tests = importlib.util.module_from_spec(spec)
@@ -298,6 +298,8 @@ print(json.dumps({
     "cpu": "dummy" in registry.CPU_WORKLOADS, "live": "dummy" in registry.LIVE_WORKLOADS,
     "func": program.WORKLOAD_FUNCS["dummy"].__name__, "choice": "dummy" in bench.WORKLOAD_CHOICES,
     "gate": trial.resolve_workloads(["dummy"], 0), "preload": program.runner_preload(["dummy"]),
+    "gate_table": bool(settings.check_settings({}, {}, {"cpu": ["dummy"]})),
+    "needs": [registry.MIN_GPUS["dummy"], registry.MIN_WORKERS["dummy"], "dummy" in registry.DATA_DIR_WORKLOADS],
     "run": [run.returncode, doc.get("workload"), doc.get("size"), len(doc.get("samples_ms") or ()),
             doc.get("size_meaning")],
     "problems": tests.problems(copy, registry), "problems_before": tests.problems(repo, registry),
@@ -343,6 +345,7 @@ def test_a_new_workload_touches_four_files_and_shows_everywhere(tmp_path):
     assert (got["size"], got["meaning"], got["steps"], got["live_size"]) == (3, "numbers summed per step", 400, 5)
     assert got["cpu"] and got["live"] and got["choice"]
     assert (got["func"], got["gate"], got["preload"]) == ("wl_dummy", ["dummy"], [])
+    assert got["gate_table"] and got["needs"] == [0, 0, False]
     assert got["run"] == [0, "dummy", 3, 4, "numbers summed per step"]
     # the same registry against the text lists without it: each one is named, with its file
     before = "\n".join(got["problems_before"])
