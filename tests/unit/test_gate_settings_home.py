@@ -6,7 +6,7 @@ import os
 import yaml
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate import settings as _blocks
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import base as _workloads
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import registry as _workloads
 
 ROLE = os.path.join(os.path.dirname(__file__), "..", "..", "roles", "stacktune")
 

@@ -16,7 +16,7 @@ __metaclass__ = type
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.verdicts import (
     check_unit_interval,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import CPU_WORKLOADS, GPU_WORKLOADS
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.registry import CPU_WORKLOADS, GPU_WORKLOADS
 
 
 DIMENSIONS = ("throughput", "p50", "tail", "stalls")

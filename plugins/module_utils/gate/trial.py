@@ -12,11 +12,12 @@ __metaclass__ = type
 
 import math
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.registry import (
     CPU_WORKLOADS,
     DATA_DIR_WORKLOADS,
     GPU_WORKLOADS,
     LIVE_WORKLOADS,
+    MIN_GPUS,
 )
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import (
@@ -515,9 +516,6 @@ class Trial:
 
 
 # ------------------------------------------------------------------ which workloads
-
-
-MIN_GPUS = {"allreduce": 2}
 
 
 def resolve_workloads(candidates, gpu_count, override=None, data_dir=None):

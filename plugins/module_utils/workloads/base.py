@@ -2,12 +2,13 @@
 # Copyright: stacktune contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The workload program's first part: workload names, defaults, the conditions monitor.
+"""The workload program's first part: the row a workload is declared in, the conditions monitor.
 
 The workload program of ``stacktune.gpu.bench`` is one self-contained file on the host,
 assembled from the parts in this package (``workloads/source.py``, ``PARTS``): the hardware
 constants, this file, the GPU workloads (``gpu.py``), the CPU workloads (``cpu.py``), the file
-workload (``files.py``) and the entry point with the block runner (``program.py``). The bench
+workload (``files.py``), the registry of them all (``registry.py``), a live session
+(``live.py``) and the entry point with the block runner (``program.py``). The bench
 module writes it to a private temporary file and runs it as ``[python, file, json-args]``
 under the interpreter named by its ``python`` option (for GPU workloads one with PyTorch).
 The program prints exactly one JSON document on its standard output: the per-step samples
@@ -18,7 +19,8 @@ Every part therefore imports nothing but the standard library at module level, a
 parts only in its one collection import block (which the assembly leaves out: the names are
 defined above it in the assembled file). PyTorch and pynvml are imported inside the
 functions that need them, so the CPU workloads run on a bare python3 with no third-party
-package at all. The bench module and its helpers import the names and defaults here too.
+package at all. Each workload is one :class:`Workload` row in the part that defines its
+function; the names and defaults the collection uses are derived from them in ``registry.py``.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -34,66 +36,85 @@ import time
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.constants import CLOCKS_EVENT_REASONS
 
 
-GPU_WORKLOADS = ("gemm", "h2d_pinned", "h2d_pageable", "dataloader", "allreduce", "train_step")
-
-
-CPU_WORKLOADS = ("cpu_dataloader", "shm_pingpong", "mem_touch", "cpu_train_step", "file_dataloader")
-
-
-# Workloads that read and write files in the data directory (the bench module's data_dir): without
-# one they cannot run.
-DATA_DIR_WORKLOADS = ("file_dataloader",)
-
-
-# Default of the `size` option per workload, and what the number means.
-DEFAULT_SIZE = {
-    "gemm": 8192,
-    "h2d_pinned": 256,
-    "h2d_pageable": 256,
-    "dataloader": 64,
-    "allreduce": 256,
-    "train_step": 32,
-    "cpu_dataloader": 64,
-    "shm_pingpong": 64,
-    "mem_touch": 32,
-    "cpu_train_step": 16,
-    "file_dataloader": 32,
-}
-
-
-# Measured steps per block when none are given, from ``calibration.steps_for_noise`` on blocks
-# recorded through the block runner (tests/unit/fixtures/blocks). Longer blocks where blocks
-# hardly differ from each other: three times the start-up's worth of steps for GEMM and
-# all-reduce. Shorter ones where blocks differ more than their steps do: on the one-H200 host
-# DataLoader blocks of 200 and 400 steps resolved the throughput equally per second of wall
-# time (block-to-block spread 4.6% and 3.6%), so 200 buys twice the blocks (and looks) for the
-# gate's minimum; the training step likewise (spread 4.6% at 400 steps). Not shorter than that:
-# 80-step DataLoader blocks resolved much less per second there, the workers' bursts spanning
-# more than the batches the rule looks at. ``make calibrate`` prints the choice for a host.
-DEFAULT_STEPS = {
-    "gemm": 1800,
-    "allreduce": 5000,
-    "dataloader": 200,
-    "train_step": 200,
-}
-
-
+# Measured steps per block of a workload whose row gives none (and the most step lines kept of
+# a command's).
 DEFAULT_STEPS_OTHER = 400
 
 
-SIZE_MEANING = {
-    "gemm": "matrix dimension N (bf16 NxN @ NxN)",
-    "h2d_pinned": "MiB copied per step",
-    "h2d_pageable": "MiB copied per step",
-    "dataloader": "batch size (3x224x224 images)",
-    "allreduce": "MiB of float32 reduced per step",
-    "train_step": "batch size (sequences of 256 tokens)",
-    "cpu_dataloader": "batch size (3x64x64 images)",
-    "shm_pingpong": "message bytes",
-    "mem_touch": "MiB mapped and touched per step",
-    "cpu_train_step": "batch size (samples)",
-    "file_dataloader": "batch size (files of 64-256 KiB)",
-}
+GPU = "gpu"
+
+
+CPU = "cpu"
+
+
+class Workload:
+    """One built-in workload: its row in the table at the bottom of the part that defines its
+    function (``GPU_TABLE`` in gpu.py, ``CPU_TABLE`` in cpu.py, ``FILE_TABLE`` in files.py).
+    ``registry.py`` gathers the tables into ``WORKLOADS`` and derives every other name from it
+    (``GPU_WORKLOADS``, ``DEFAULT_SIZE``, ``WORKLOAD_FUNCS`` ...).
+
+    ``name``: the bench module's ``workload`` value. ``func``: ``wl_<name>(params)``, returns
+    the result document. ``device``: :data:`GPU` (PyTorch and a GPU) or :data:`CPU` (the
+    standard library only). ``size`` and ``meaning``: the default of the ``size`` option and
+    what the number counts. ``steps``: measured steps per block when none are given. ``live``:
+    whether it can run for a whole live trial (one process, stepping until ended; see
+    ``live_loop``), with the size ``live_size`` there (None: ``size``). ``data_dir``: it reads
+    and writes files in the bench module's ``data_dir`` and cannot run without one.
+    ``min_gpus``, ``min_workers``: the GPUs (None: 1 for a GPU workload, else 0) and worker
+    processes it needs. ``preload``: what
+    the block runner imports for it before it forks, after torch for a GPU workload.
+    """
+
+    __slots__ = (
+        "name",
+        "func",
+        "device",
+        "size",
+        "meaning",
+        "steps",
+        "live",
+        "live_size",
+        "data_dir",
+        "min_gpus",
+        "min_workers",
+        "preload",
+    )
+
+    def __init__(
+        self,
+        name,
+        func,
+        device,
+        size,
+        meaning,
+        *,
+        steps=DEFAULT_STEPS_OTHER,
+        live=False,
+        live_size=None,
+        data_dir=False,
+        min_gpus=None,
+        min_workers=0,
+        preload=(),
+    ):
+        if device not in (GPU, CPU):
+            raise ValueError("workload %s: device must be %r or %r, got %r" % (name, GPU, CPU, device))
+        if live_size is not None and not live:
+            raise ValueError("workload %s: a live_size without live" % name)
+        self.name = name
+        self.func = func
+        self.device = device
+        self.size = int(size)
+        self.meaning = meaning
+        self.steps = int(steps)
+        self.live = bool(live)
+        self.live_size = None if live_size is None else int(live_size)
+        self.data_dir = bool(data_dir)
+        self.min_gpus = (1 if device == GPU else 0) if min_gpus is None else int(min_gpus)
+        self.min_workers = int(min_workers)
+        self.preload = tuple(preload)
+
+    def __repr__(self):
+        return "Workload(%r, %s)" % (self.name, self.device)
 
 
 MONITOR_INTERVAL_S = 0.1
@@ -416,24 +437,6 @@ LIVE = {"out": None, "stop": None, "max_s": None}
 # Steps a workload sizes itself for in live mode (its data set, its batches): it is ended long
 # before, by the trial.
 LIVE_STEPS = 10**6
-# Workloads that can run for a whole live trial (the others size files or ranks per block;
-# shm_pingpong's steps of 6-12 us are shorter than printing a step line, which would then be
-# what a window measures: 180,000 lines a second, seen on this project's CI machine).
-LIVE_WORKLOADS = (
-    "gemm",
-    "h2d_pinned",
-    "h2d_pageable",
-    "dataloader",
-    "train_step",
-    "cpu_dataloader",
-    "mem_touch",
-    "cpu_train_step",
-)
-# Sizes a workload takes in live mode where they differ from DEFAULT_SIZE. On one H200 the
-# train_step of batch 32 (12 ms steps) varied by 4.6% between windows of 250 steps inside one
-# process, at batch 128 (33 ms, GPU-bound) by 0.11% between windows of 60 steps
-# (tests/gpu/probe_live_memory.py, docs/benchmarks.md): a live trial resolves the second.
-LIVE_SIZE = {"train_step": 128}
 # Steps kept for the result document a live run prints when it is ended.
 LIVE_KEEP = 2000
 

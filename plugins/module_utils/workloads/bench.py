@@ -17,10 +17,11 @@ import os
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import summarize
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.constants import SLOWDOWN_REASONS
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.registry import (
     CPU_WORKLOADS,
     DATA_DIR_WORKLOADS,
     GPU_WORKLOADS,
+    MIN_WORKERS,
 )
 
 WORKLOAD_CHOICES = ("auto",) + GPU_WORKLOADS + CPU_WORKLOADS + ("command",)
@@ -57,10 +58,8 @@ def validate_options(params):
         raise ValueError("size must be at least 1, got %d" % params["size"])
     if params["workers"] < 0:
         raise ValueError("workers must be 0 or more, got %d" % params["workers"])
-    if params["workload"] == "cpu_dataloader" and params["workers"] < 1:
-        raise ValueError("workload cpu_dataloader needs workers >= 1")
-    if params["workload"] in DATA_DIR_WORKLOADS and params["workers"] < 1:
-        raise ValueError("workload %s needs workers >= 1" % params["workload"])
+    if params["workers"] < MIN_WORKERS.get(params["workload"], 0):
+        raise ValueError("workload %s needs workers >= %d" % (params["workload"], MIN_WORKERS[params["workload"]]))
     out["data_dir"] = check_data_dir(params.get("data_dir"), params["workload"])
     if params["device"] < 0:
         raise ValueError("device must be a GPU index (0 or more), got %d" % params["device"])

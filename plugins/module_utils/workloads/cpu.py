@@ -18,7 +18,9 @@ import time
 import zlib
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import (
+    CPU,
     Monitor,
+    Workload,
     WorkloadError,
     die_with_parent,
     ms_since,
@@ -341,3 +343,16 @@ def wl_cpu_train_step(p):
         },
         "conditions": monitor.result(),
     }
+
+
+# The CPU workloads, one row each (``base.Workload`` says what the fields are; registry.py
+# gathers the tables). A new CPU workload: its ``wl_<name>`` function above and its row here.
+# shm_pingpong does not run live: its steps of 6-12 us are shorter than printing a step line,
+# which would then be what a window measures (180,000 lines a second, seen on this project's
+# CI machine).
+CPU_TABLE = (
+    Workload("cpu_dataloader", wl_cpu_dataloader, CPU, 64, "batch size (3x64x64 images)", live=True, min_workers=1),
+    Workload("shm_pingpong", wl_shm_pingpong, CPU, 64, "message bytes"),
+    Workload("mem_touch", wl_mem_touch, CPU, 32, "MiB mapped and touched per step", live=True),
+    Workload("cpu_train_step", wl_cpu_train_step, CPU, 16, "batch size (samples)", live=True),
+)

@@ -42,7 +42,9 @@ import time
 import zlib
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import (
+    CPU,
     Monitor,
+    Workload,
     WorkloadError,
     die_with_parent,
     ms_since,
@@ -492,3 +494,18 @@ def wl_file_dataloader(p):
         },
         "conditions": monitor.result(),
     }
+
+
+# The file workload's row (``base.Workload`` says what the fields are; registry.py gathers the
+# tables). It does not run live: it writes and sizes its files per block.
+FILE_TABLE = (
+    Workload(
+        "file_dataloader",
+        wl_file_dataloader,
+        CPU,
+        32,
+        "batch size (files of 64-256 KiB)",
+        data_dir=True,
+        min_workers=1,
+    ),
+)

@@ -19,7 +19,9 @@ import tempfile
 import time
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import (
+    GPU,
     Monitor,
+    Workload,
     WorkloadError,
     ms_since,
     timed_loop,
@@ -385,3 +387,63 @@ def wl_train_step(p):
         "info": info,
         "conditions": monitor.result(),
     }
+
+
+# The GPU workloads, one row each (``base.Workload`` says what the fields are; registry.py
+# gathers the tables). A new GPU workload: its ``wl_<name>`` function above and its row here.
+#
+# steps: from ``calibration.steps_for_noise`` on blocks recorded through the block runner
+# (tests/unit/fixtures/blocks). Longer blocks where blocks hardly differ from each other: three
+# times the start-up's worth of steps for GEMM and all-reduce. Shorter ones where blocks differ
+# more than their steps do: on the one-H200 host DataLoader blocks of 200 and 400 steps resolved
+# the throughput equally per second of wall time (block-to-block spread 4.6% and 3.6%), so 200
+# buys twice the blocks (and looks) for the gate's minimum; the training step likewise (spread
+# 4.6% at 400 steps). Not shorter than that: 80-step DataLoader blocks resolved much less per
+# second there, the workers' bursts spanning more than the batches the rule looks at. ``make
+# calibrate`` prints the choice for a host.
+#
+# live_size of train_step: on one H200 the train_step of batch 32 (12 ms steps) varied by 4.6%
+# between windows of 250 steps inside one process, at batch 128 (33 ms, GPU-bound) by 0.11%
+# between windows of 60 steps (tests/gpu/probe_live_memory.py, docs/benchmarks.md): a live
+# trial resolves the second. allreduce does not run live: it starts its ranks per block.
+#
+# preload: what a workload's own set-up would otherwise import anew in every block. On the
+# one-H200 host a train_step block spent 6.9-7.4 s building its model and optimiser when the
+# parent had imported torch only (the optimiser's first use imports torch._dynamo), 0.53-0.58 s
+# when the parent had imported these too (docs/benchmarks.md). None of them initialises CUDA.
+GPU_TABLE = (
+    Workload("gemm", wl_gemm, GPU, 8192, "matrix dimension N (bf16 NxN @ NxN)", steps=1800, live=True),
+    Workload("h2d_pinned", wl_h2d_pinned, GPU, 256, "MiB copied per step", live=True),
+    Workload("h2d_pageable", wl_h2d_pageable, GPU, 256, "MiB copied per step", live=True),
+    Workload(
+        "dataloader",
+        wl_dataloader,
+        GPU,
+        64,
+        "batch size (3x224x224 images)",
+        steps=200,
+        live=True,
+        preload=("torch.utils.data",),
+    ),
+    Workload(
+        "allreduce",
+        wl_allreduce,
+        GPU,
+        256,
+        "MiB of float32 reduced per step",
+        steps=5000,
+        min_gpus=2,
+        preload=("torch.distributed",),
+    ),
+    Workload(
+        "train_step",
+        wl_train_step,
+        GPU,
+        32,
+        "batch size (sequences of 256 tokens)",
+        steps=200,
+        live=True,
+        live_size=128,
+        preload=("torch._dynamo", "torch.optim"),
+    ),
+)

@@ -23,50 +23,23 @@ import time
 import traceback
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import (
-    DEFAULT_SIZE,
-    DEFAULT_STEPS,
-    DEFAULT_STEPS_OTHER,
-    GPU_WORKLOADS,
     LIVE,
     LIVE_STEPS,
-    LIVE_SIZE,
-    LIVE_WORKLOADS,
-    SIZE_MEANING,
     WorkloadError,
     controller_gone,
     die_with_parent,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.cpu import (
-    wl_cpu_dataloader,
-    wl_cpu_train_step,
-    wl_mem_touch,
-    wl_shm_pingpong,
-)
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.files import wl_file_dataloader
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.live import LiveSession
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.gpu import (
-    wl_allreduce,
-    wl_dataloader,
-    wl_gemm,
-    wl_h2d_pageable,
-    wl_h2d_pinned,
-    wl_train_step,
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.registry import (
+    DEFAULT_SIZE,
+    DEFAULT_STEPS,
+    GPU_WORKLOADS,
+    LIVE_SIZE,
+    LIVE_WORKLOADS,
+    RUNNER_PRELOAD,
+    SIZE_MEANING,
+    WORKLOAD_FUNCS,
 )
-
-
-WORKLOAD_FUNCS = {
-    "gemm": wl_gemm,
-    "h2d_pinned": wl_h2d_pinned,
-    "h2d_pageable": wl_h2d_pageable,
-    "dataloader": wl_dataloader,
-    "allreduce": wl_allreduce,
-    "train_step": wl_train_step,
-    "cpu_dataloader": wl_cpu_dataloader,
-    "shm_pingpong": wl_shm_pingpong,
-    "mem_touch": wl_mem_touch,
-    "cpu_train_step": wl_cpu_train_step,
-    "file_dataloader": wl_file_dataloader,
-}
 
 
 def resolve_auto():
@@ -82,7 +55,7 @@ def resolve_auto():
 
 
 def _default_size(name, live):
-    return LIVE_SIZE.get(name, DEFAULT_SIZE[name]) if live else DEFAULT_SIZE[name]
+    return LIVE_SIZE[name] if live else DEFAULT_SIZE[name]
 
 
 def run(cfg):
@@ -106,7 +79,7 @@ def run(cfg):
             os.sched_setaffinity(0, cpus)
         except (AttributeError, OSError, ValueError) as exc:
             raise WorkloadError("cannot pin the workload to CPUs %s: %s" % (cpus, exc)) from None
-    steps = int(cfg["steps"]) if cfg.get("steps") is not None else DEFAULT_STEPS.get(name, DEFAULT_STEPS_OTHER)
+    steps = int(cfg["steps"]) if cfg.get("steps") is not None else DEFAULT_STEPS[name]
     params = {
         "steps": LIVE_STEPS if cfg.get("live") else steps,
         "warmup": int(cfg["warmup"]),
@@ -340,20 +313,9 @@ def _serve_one(listener, conn, folder, number, preloaded=(), live=None):
     return False
 
 
-# What the block runner imports before it forks, per workload: torch for every GPU workload,
-# and what a workload's own set-up would otherwise import anew in every block. On the one-H200
-# host a train_step block spent 6.9-7.4 s building its model and optimiser when the parent had
-# imported torch only (the optimiser's first use imports torch._dynamo), 0.53-0.58 s when the
-# parent had imported these too (docs/benchmarks.md). None of them initialises CUDA.
-RUNNER_PRELOAD = {
-    "train_step": ("torch._dynamo", "torch.optim"),
-    "dataloader": ("torch.utils.data",),
-    "allreduce": ("torch.distributed",),
-}
-
-
 def runner_preload(workloads):
-    """The modules a runner for ``workloads`` imports, in order (none for CPU workloads only)."""
+    """The modules a runner for ``workloads`` imports, in order (none for CPU workloads only):
+    torch for every GPU workload, then each one's ``preload`` (registry.py)."""
     names = [w for w in workloads if w in GPU_WORKLOADS or w == "auto"]
     if not names:
         return []

@@ -20,11 +20,19 @@ import ast
 import os
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import constants
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import base, cpu, files, gpu, live, program
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import (
+    base,
+    cpu,
+    files,
+    gpu,
+    live,
+    program,
+    registry,
+)
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.process import module_source
 
 # In order: a part uses only names of the parts before it.
-PARTS = (constants, base, gpu, cpu, files, live, program)
+PARTS = (constants, base, gpu, cpu, files, registry, live, program)
 COLLECTION = "ansible_collections."
 HEADER = (
     "# stacktune workload program (stacktune.gpu.bench), assembled from plugins/module_utils:\n"

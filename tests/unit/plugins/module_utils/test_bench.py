@@ -24,6 +24,7 @@ import pytest
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import bench as _bench
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import constants
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import base as workloads_base
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import registry
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.source import write_program
 
 BARE_PYTHON = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
@@ -192,8 +193,8 @@ def test_the_data_dir_is_checked_and_needed_by_the_file_workload():
 
 
 def test_every_workload_has_a_default_size_and_its_meaning():
-    assert set(workloads_base.DEFAULT_SIZE) == set(workloads_base.GPU_WORKLOADS + workloads_base.CPU_WORKLOADS)
-    assert set(workloads_base.SIZE_MEANING) == set(workloads_base.DEFAULT_SIZE)
+    assert set(registry.DEFAULT_SIZE) == set(registry.GPU_WORKLOADS + registry.CPU_WORKLOADS)
+    assert set(registry.SIZE_MEANING) == set(registry.DEFAULT_SIZE)
 
 
 # --- command output -----------------------------------------------------------------------

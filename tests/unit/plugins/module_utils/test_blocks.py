@@ -16,7 +16,7 @@ import random
 import pytest
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate import calibration
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import base as _workloads
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import registry as _workloads
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.blocks import arm_effect, judge_blocks
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import (
     GateSettingError,
@@ -430,7 +430,7 @@ def test_steps_for_noise_on_recorded_h200_blocks(workload, shorter):
     assert (got["steps"] < len(blocks[0])) is shorter, got
     # the defaults follow where it points (never below 200: 80-step DataLoader blocks resolved
     # less per second on the one-H200 host)
-    default = _workloads.DEFAULT_STEPS.get(workload, _workloads.DEFAULT_STEPS_OTHER)
+    default = _workloads.DEFAULT_STEPS[workload]
     assert (200 <= default <= 400) if shorter else default > 400
 
 
