@@ -4,7 +4,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The layer filters that replaced Jinja in the layers' tasks/settings.yml (kernel_settings,
 gpu_settings_settings, nccl_variables, nccl_settings, numa_irq_msi_dirs, numa_irq_legacy_devices,
-numa_irq_irqs, numa_irq_irqbalance_file): each gives what the Jinja it replaced gave, rendered
+numa_irq_irqs, numa_irq_irqbalance_file, driver_packages): each gives what the Jinja it replaced gave, rendered
 here by ansible-core's own templating from the same facts (tests/unit/fixtures/topology, assembled
 as gpu_topology_facts does) and variables."""
 
@@ -16,11 +16,13 @@ import json
 import os
 
 import pytest
+import yaml
 
 from ansible.errors import AnsibleFilterError
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
+from ansible_collections.stacktune.gpu.plugins.filter import driver as driver_filters
 from ansible_collections.stacktune.gpu.plugins.filter import gpu_settings as gpu_filters
 from ansible_collections.stacktune.gpu.plugins.filter import kernel as kernel_filters
 from ansible_collections.stacktune.gpu.plugins.filter import nccl as nccl_filters
@@ -389,3 +391,87 @@ def test_numa_irq_reads_of_skipped_tasks():
     assert irqs == [45, 46, 47]
     with pytest.raises(AnsibleFilterError, match="expects a list"):
         numa_filters.numa_irq_msi_dirs("0000:00:06.0")
+
+
+# ---------------------------------------------------------------------------------------- driver
+
+# roles/driver/tasks/packages.yml before the driver_packages filter, as YAML (its escapes count)
+OLD_DRIVER_TASKS = r"""
+- vars:
+    __driver_lines: "{{ __driver_query.stdout_lines | default([]) | select('match', '^ii')
+      | map('split', '\t') | list }}"
+  set_fact:
+    __driver_installed: "{{ dict(__driver_lines | map(attribute=1) | zip(__driver_lines | map(attribute=2))) }}"
+- vars:
+    __driver_regex: >-
+      ^({{ driver_package_patterns | map('regex_escape') | map('replace', '\*', '.*')
+      | map('replace', '\?', '.') | join('|') }})$
+  set_fact:
+    driver_packages: "{{ __driver_installed | list | select('match', __driver_regex) | sort }}"
+- set_fact:
+    __driver_package_versions: >-
+      {{ driver_packages | select('match', '^(nvidia-driver|nvidia-dkms|kmod-nvidia|libnvidia-compute|cuda-drivers)')
+         | map('extract', __driver_installed)
+         | map('regex_replace', '^[0-9]+:', '') | map('regex_search', '^[0-9]+(\.[0-9]+)+')
+         | select | unique | sort | list }}
+"""
+PATTERNS = [
+    "nvidia-driver",
+    "nvidia-driver-*",
+    "nvidia-dkms-*",
+    "kmod-nvidia*",
+    "libnvidia-compute-*",
+    "cuda-drivers*",
+    "cuda-toolkit-*",
+    "libcudnn*",
+    "libnccl*",
+]
+# dpkg-query -W -f='${db:Status-Abbrev}\t${Package}\t${Version}\n' on an Ubuntu 24.04 GPU host
+DPKG = [
+    "ii \tcuda-drivers-580\t580.65.06-1",
+    "ii \tcuda-toolkit-12-9\t12.9.1-1",
+    "ii \tlibc6\t2.39-0ubuntu8.4",
+    "ii \tlibcudnn9-cuda-12\t9.10.2.21-1",
+    "ii \tlibnccl2\t2.27.7-1+cuda12.9",
+    "ii \tlibnvidia-compute-580-server\t580.65.06-0ubuntu0.24.04.1",
+    "ii \tnvidia-dkms-580-server\t1:580.65.06-0ubuntu0.24.04.1",
+    "ii \tnvidia-driver-580-server\t580.65.06-0ubuntu0.24.04.1",
+    "rc \tnvidia-driver-550\t550.120-0ubuntu1",
+    "ii \tnvidia-driver-575-open\t575-0ubuntu1",
+]
+# rpm -qa --qf 'ii \t%{NAME}\t%{VERSION}-%{RELEASE}\n' on a Rocky 9 GPU host
+RPM = [
+    "ii \tkmod-nvidia-open-dkms\t570.172.08-1.el9",
+    "ii \tnvidia-driver\t570.172.08-1.el9",
+    "ii \tnvidia-driver-cuda-libs\t570.172.08-1.el9",
+    "ii \tcuda-drivers\t570.172.08-1",
+    "ii \tkernel\t5.14.0-570.28.1.el9_6",
+]
+
+
+def old_driver_packages(lines, patterns):
+    variables = {"__driver_query": {"stdout_lines": lines}, "driver_package_patterns": patterns}
+    for task in yaml.safe_load(OLD_DRIVER_TASKS):
+        scope = dict(variables)
+        for name, expression in (task.get("vars") or {}).items():
+            scope[name] = render(expression, **scope)
+        for name, expression in task["set_fact"].items():
+            variables[name] = render(expression, **scope)
+    return {"packages": variables["driver_packages"], "versions": variables["__driver_package_versions"]}
+
+
+@pytest.mark.parametrize(
+    "lines, patterns",
+    [(DPKG, PATTERNS), (RPM, PATTERNS), (DPKG + RPM, ["nvidia-driver", "libnccl?"]), ([], PATTERNS), (DPKG, [])],
+)
+def test_driver_packages_give_what_the_jinja_gave(lines, patterns):
+    assert driver_filters.driver_packages(lines, patterns) == old_driver_packages(lines, patterns)
+
+
+def test_driver_packages_read_the_driver_version():
+    found = driver_filters.driver_packages(DPKG, PATTERNS)
+    assert found["versions"] == ["580.65.06"]
+    assert "libc6" not in found["packages"] and "nvidia-driver-550" not in found["packages"]
+    assert driver_filters.driver_packages(RPM, PATTERNS)["versions"] == ["570.172.08"]
+    with pytest.raises(AnsibleFilterError, match="patterns"):
+        driver_filters.driver_packages(DPKG, "nvidia-*")
