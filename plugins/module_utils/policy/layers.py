@@ -5,7 +5,8 @@
 """The engine layers' settings: each layer's variables and facts turned into the settings the
 engine takes (``{kind, key, value, var, ...}``), so that a layer's tasks/settings.yml only reads
 the host and calls a filter. The filters in plugins/filter/ (memory_settings, kernel_settings,
-gpu_settings_settings, nccl_variables, nccl_settings, numa_irq_*) hand their arguments here.
+cpu_settings, io_settings, numa_irq_*, gpu_settings_settings, nccl_variables, nccl_settings) check
+their arguments and hand them here. Which disks io tunes is hardware/cpu_io_facts.py's io_targets.
 
 Standard library only; a value the layer cannot use raises ValueError (the filter turns it into
 a filter error).
@@ -222,7 +223,95 @@ def nccl_settings(variables, conf_path, enabled=True):
 # ---------------------------------------------------------------------------------------------
 # numa_irq
 
+NIC_FILTERS = ("rdma", "physical", "none")
 PCI_DEVICES = "/sys/bus/pci/devices"
+
+
+def _candidates(facts, gpus, nics, nic_filter):
+    out = []
+    if gpus:
+        for g in facts.get("gpus") or []:
+            if g.get("pci_bus_id"):
+                out.append(
+                    {
+                        "device": str(g["pci_bus_id"]).lower(),
+                        "name": "gpu%s" % g.get("index"),
+                        "numa_node": g.get("numa_node"),
+                        "cpus": g.get("local_cpulist"),
+                        "var": "numa_irq_gpus",
+                    }
+                )
+    for n in facts.get("nics") or []:
+        if not n.get("pci_address"):
+            continue
+        chosen = (
+            n.get("name") in nics
+            if nics
+            else (nic_filter == "physical" or (nic_filter == "rdma" and n.get("rdma_device")))
+        )
+        if chosen:
+            out.append(
+                {
+                    "device": str(n["pci_address"]).lower(),
+                    "name": "nic:%s" % n.get("name"),
+                    "numa_node": n.get("numa_node"),
+                    "cpus": n.get("local_cpulist"),
+                    "var": "numa_irq_nics" if nics else "numa_irq_nic_filter",
+                }
+            )
+    return out
+
+
+def numa_irq_devices(facts, gpus=True, nics=None, nic_filter="rdma", cpus_override=None):
+    """The devices whose interrupts follow their NUMA node (the GPUs with ``gpus``; the NICs named
+    in ``nics``, else those ``nic_filter`` picks), each once, with ``skip`` (why not, or None);
+    ``cpus_override`` (PCI address: CPU list) pins a device to the CPUs it names."""
+    override = {str(k).lower(): str(v) for k, v in (cpus_override or {}).items()}
+    out, seen = [], set()
+    for c in _candidates(facts, bool(gpus), list(nics or []), nic_filter):
+        if c["device"] in seen:
+            continue
+        seen.add(c["device"])
+        if c["device"] in override:
+            c.update(cpus=override[c["device"]], var="numa_irq_cpus_override", skip=None)
+        elif not c["cpus"]:
+            c["skip"] = "no local CPUs reported for the device"
+        elif c["numa_node"] is None:
+            c["skip"] = "no NUMA node reported for the device (local CPUs %s)" % c["cpus"]
+        else:
+            c["skip"] = None
+        out.append(c)
+    return out
+
+
+def numa_irq_notes(devices):
+    """One line per device left alone: ``gpu0 (0000:17:00.0) not pinned: why``."""
+    return ["%s (%s) not pinned: %s" % (d["name"], d["device"], d["skip"]) for d in devices or [] if d.get("skip")]
+
+
+def numa_irq_settings(devices, irqbalance="ban", irqbalance_file=None, irqs=None, irqbalance_args=""):
+    """Engine settings: the affinity of every pinned device, and irqbalance's ban list when asked."""
+    pinned = [d for d in devices or [] if not d.get("skip")]
+    out = [
+        {"kind": "irq_affinity", "key": d["device"], "device": d["device"], "value": d["cpus"], "var": d["var"]}
+        for d in pinned
+    ]
+    irqs = list(irqs or [])
+    if irqbalance == "ban" and irqbalance_file and irqs:
+        args = ([irqbalance_args] if str(irqbalance_args or "").strip() else []) + ["--banirq=%s" % i for i in irqs]
+        out.append(
+            {
+                "kind": "env_var",
+                "path": irqbalance_file,
+                "key": "IRQBALANCE_ARGS",
+                "value": " ".join(args),
+                # the engine's refusal of a value names the variable it came from
+                "var": "numa_irq_irqbalance_args" if str(irqbalance_args or "").strip() else "numa_irq_irqbalance",
+            }
+        )
+    return out
+
+
 NUMBER = re.compile(r"^[0-9]+$")
 
 
@@ -261,3 +350,148 @@ def first_existing(stat_results):
         if isinstance(r, dict) and isinstance(r.get("stat"), dict) and r["stat"].get("exists"):
             return r.get("item")
     return None
+
+
+# ---------------------------------------------------------------------------------------------
+# cpu
+
+# The kernel arguments that cap the C-state, for intel_idle and for the ACPI processor driver.
+MAX_CSTATE_ARGS = ("intel_idle.max_cstate", "processor.max_cstate")
+
+
+def cpu_settings(
+    sysfs,
+    idle_states=None,
+    idle_max_latency_us=None,
+    max_cstate=None,
+    idle_reason=None,
+    cpu_root="/sys/devices/system/cpu",
+):
+    """Settings from the cpu layer's sysfs rows (``{var, key, value, ...}``; a null value is left
+    out), its idle-latency limit (every idle state above it disabled; all of them where the facts
+    list none) and its C-state cap (boot arguments)."""
+    out = [
+        dict(row, kind="sysfs", missing="unsupported", value=str(row["value"]))
+        for row in sysfs
+        if row.get("value") is not None
+    ]
+    if idle_max_latency_us is not None:
+        states = idle_states or []
+        keys = [] if states else [cpu_root + "/cpu*/cpuidle/state*/disable"]
+        limit = int(idle_max_latency_us)
+        keys += [
+            "%s/cpu*/cpuidle/%s/disable" % (cpu_root, st.get("state"))
+            for st in states
+            if st.get("latency_us") is not None and st["latency_us"] > limit
+        ]
+        out += [
+            {
+                "kind": "sysfs",
+                "key": key,
+                "value": "1",
+                "missing": "unsupported",
+                "reason": idle_reason,
+                "var": "cpu_idle_max_latency_us",
+            }
+            for key in keys
+        ]
+    if max_cstate is not None:
+        out += [
+            {"kind": "kernel_arg", "key": arg, "value": str(max_cstate), "var": "cpu_max_cstate"}
+            for arg in MAX_CSTATE_ARGS
+        ]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# io
+
+
+def io_settings(
+    targets,
+    disks=None,
+    read_ahead_kb=None,
+    read_ahead_at_least=False,
+    scheduler=None,
+    scheduler_auto=None,
+    nr_requests=None,
+    writeback=False,
+    dirty_expire_centisecs=None,
+    dirty_writeback_centisecs=None,
+    reason_gone=None,
+):
+    """Settings: readahead per target (io_targets), scheduler and queue depth per member disk (the
+    scheduler first: a scheduler change resets nr_requests), writeback timers."""
+    disks = disks or {}
+    out = []
+    for t in targets:
+        if t.get("disk") is None:
+            out.append(
+                {
+                    "kind": "sysfs",
+                    "key": "/sys/dev/block/%s/queue/read_ahead_kb" % t.get("dev"),
+                    "value": "0",
+                    "missing": "unsupported",
+                    "reason": t.get("reason"),
+                    "var": "io_paths",
+                }
+            )
+        elif read_ahead_kb is not None:
+            out.append(
+                {
+                    "kind": "sysfs",
+                    "key": "/sys/block/%s/queue/read_ahead_kb" % t["disk"],
+                    "value": str(read_ahead_kb),
+                    "at_least": bool(read_ahead_at_least),
+                    "missing": "unsupported",
+                    "reason": reason_gone,
+                    "var": "io_read_ahead_kb",
+                }
+            )
+    # the scheduler comes before nr_requests, which a scheduler change resets
+    for d in _unique(m for t in targets if t.get("disk") for m in t.get("members") or [] if m is not None):
+        if scheduler is not None:
+            auto = scheduler_auto or {}
+            chosen = (
+                (auto.get("nvme") if disks[d].get("nvme") else auto.get("other")) if scheduler == "auto" else scheduler
+            )
+            out.append(
+                {
+                    "kind": "sysfs",
+                    "key": "/sys/block/%s/queue/scheduler" % d,
+                    "value": chosen,
+                    "choices_from": "scheduler",
+                    "missing": "unsupported",
+                    "reason": reason_gone,
+                    "var": "io_scheduler",
+                }
+            )
+        if nr_requests is not None:
+            out.append(
+                {
+                    "kind": "sysfs",
+                    "key": "/sys/block/%s/queue/nr_requests" % d,
+                    "value": str(nr_requests),
+                    "missing": "unsupported",
+                    "reason": reason_gone,
+                    "var": "io_nr_requests",
+                }
+            )
+    if writeback:
+        out.append(
+            {
+                "kind": "sysctl",
+                "key": "vm.dirty_expire_centisecs",
+                "value": str(dirty_expire_centisecs),
+                "var": "io_dirty_expire_centisecs",
+            }
+        )
+        out.append(
+            {
+                "kind": "sysctl",
+                "key": "vm.dirty_writeback_centisecs",
+                "value": str(dirty_writeback_centisecs),
+                "var": "io_dirty_writeback_centisecs",
+            }
+        )
+    return out
