@@ -72,6 +72,35 @@ def driver_packages(lines, patterns):
     return {"packages": packages, "versions": package_driver_versions(installed, packages)}
 
 
+HELD = re.compile(r"^\S+ hold$")
+# The package managers whose holds the driver role manages (dpkg selections, dnf versionlock).
+HOLD_MANAGERS = ("apt", "dnf", "dnf5")
+
+
+def held_packages(lines):
+    """The packages dpkg-query's ``<name> <want>`` lines list as held."""
+    return [str(line).split(" ")[0] for line in lines or [] if HELD.match(str(line))]
+
+
+def _changed_items(registered):
+    return [r.get("item") for r in (registered or {}).get("results") or [] if isinstance(r, dict) and r.get("changed")]
+
+
+def holds_summary(packages, hold, pkg_mgr, apt_hold=None, apt_release=None, dnf_lock=None):
+    """What holding (``hold``) or releasing ``packages`` changed, from the registered results of the
+    role's apt hold and release loops and its dnf versionlock task: ``{changed, held, released,
+    unsupported}`` (``unsupported``: packages on a package manager without holds)."""
+    dnf_changed = bool((dnf_lock or {}).get("changed"))
+    held = _changed_items(apt_hold) + (list(packages) if dnf_changed and hold else [])
+    released = _changed_items(apt_release) + (list(packages) if dnf_changed and not hold else [])
+    return {
+        "changed": bool(_changed_items(apt_hold) + _changed_items(apt_release)) or dnf_changed,
+        "held": held,
+        "released": released,
+        "unsupported": len(packages) > 0 and pkg_mgr not in HOLD_MANAGERS,
+    }
+
+
 def _host(finding_id, severity, message):
     return finding(finding_id, severity, "host", message)
 

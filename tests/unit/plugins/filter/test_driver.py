@@ -29,6 +29,8 @@ def test_registered():
     assert filters.FilterModule().filters() == {
         "driver_findings": filters.driver_findings,
         "driver_packages": filters.driver_packages,
+        "driver_held": filters.driver_held,
+        "driver_holds": filters.driver_holds,
     }
 
 

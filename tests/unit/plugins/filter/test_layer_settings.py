@@ -475,3 +475,85 @@ def test_driver_packages_read_the_driver_version():
     assert driver_filters.driver_packages(RPM, PATTERNS)["versions"] == ["570.172.08"]
     with pytest.raises(AnsibleFilterError, match="patterns"):
         driver_filters.driver_packages(DPKG, "nvidia-*")
+
+
+OLD_HOLDS_TASKS = r"""
+- loop: >-
+    {{ __driver_dpkg_query.stdout_lines | default([]) | select('match', '^\S+ hold$')
+       | map('split', ' ') | map('first') | list }}
+- set_fact:
+    __driver_holds:
+      changed: >-
+        {{ (__driver_hold_apt.results | default([]) + __driver_release_apt.results | default([]))
+           | selectattr('changed', 'defined') | selectattr('changed') | list | length > 0
+           or __driver_lock_dnf.changed | default(false) }}
+      held: >-
+        {{ (__driver_hold_apt.results | default([]) | selectattr('changed', 'defined') | selectattr('changed')
+            | map(attribute='item') | list)
+           + ((__driver_lock_dnf.changed | default(false) and driver_hold | bool) | ternary(driver_packages, [])) }}
+      released: >-
+        {{ (__driver_release_apt.results | default([]) | selectattr('changed', 'defined') | selectattr('changed')
+            | map(attribute='item') | list)
+           + ((__driver_lock_dnf.changed | default(false) and not driver_hold | bool) | ternary(driver_packages, [])) }}
+      unsupported: "{{ driver_packages | length > 0 and ansible_facts.pkg_mgr not in ['apt', 'dnf', 'dnf5'] }}"
+"""
+SKIPPED = {"changed": False, "skipped": True, "skip_reason": "Conditional result was False"}
+PACKAGES = ["libnvidia-compute-580-server", "nvidia-dkms-580-server", "nvidia-driver-580-server"]
+
+
+def loop_result(changed_items, items=PACKAGES):
+    return {
+        "changed": bool(changed_items),
+        "results": [{"item": i, "changed": i in changed_items, "ansible_loop_var": "item"} for i in items]
+        + [{"item": "x", "skipped": True, "changed": False}],
+    }
+
+
+HOLD_STATES = [
+    # apt, holding: two packages newly held
+    (PACKAGES, True, "apt", loop_result(PACKAGES[:2]), {"results": []}, SKIPPED),
+    # apt, releasing: one held package released
+    (PACKAGES, False, "apt", {"results": [SKIPPED]}, loop_result(PACKAGES[2:], PACKAGES[2:]), SKIPPED),
+    # apt, nothing changes
+    (PACKAGES, True, "apt", loop_result([]), {"results": []}, SKIPPED),
+    # dnf: versionlock changed, held and released follow driver_hold
+    (PACKAGES, True, "dnf", {"results": [SKIPPED]}, {"results": []}, {"changed": True}),
+    (PACKAGES, False, "dnf5", {"results": [SKIPPED]}, {"results": []}, {"changed": True}),
+    # zypper: no holds
+    (PACKAGES, True, "zypper", {"results": [SKIPPED]}, {"results": []}, SKIPPED),
+    ([], True, "zypper", {"results": []}, {"results": []}, SKIPPED),
+]
+
+
+@pytest.mark.parametrize("state", HOLD_STATES)
+def test_driver_holds_give_what_the_jinja_gave(state):
+    packages, hold, pkg_mgr, apt_hold, apt_release, dnf_lock = state
+    variables = {
+        "driver_packages": packages,
+        "driver_hold": hold,
+        "ansible_facts": {"pkg_mgr": pkg_mgr},
+        "__driver_hold_apt": apt_hold,
+        "__driver_release_apt": apt_release,
+        "__driver_lock_dnf": dnf_lock,
+    }
+    old = {
+        k: render(v, **variables) for k, v in yaml.safe_load(OLD_HOLDS_TASKS)[1]["set_fact"]["__driver_holds"].items()
+    }
+    new = driver_filters.driver_holds(
+        packages, hold=hold, pkg_mgr=pkg_mgr, apt_hold=apt_hold, apt_release=apt_release, dnf_lock=dnf_lock
+    )
+    assert new == old
+
+
+def test_driver_held_gives_what_the_jinja_gave():
+    # dpkg-query -W -f='${Package} ${db:Status-Want}\n' nvidia-... on a host with two holds
+    lines = [
+        "libnvidia-compute-580-server hold",
+        "nvidia-dkms-580-server install",
+        "nvidia-driver-580-server hold",
+        "nvidia-driver-580-server hold extra",
+        "",
+    ]
+    old = render(yaml.safe_load(OLD_HOLDS_TASKS)[0]["loop"], __driver_dpkg_query={"stdout_lines": lines})
+    assert driver_filters.driver_held(lines) == old == ["libnvidia-compute-580-server", "nvidia-driver-580-server"]
+    assert driver_filters.driver_held([]) == []
