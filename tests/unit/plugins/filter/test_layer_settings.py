@@ -377,7 +377,10 @@ def test_numa_irq_reads_give_what_the_jinja_gave(state):
     assert numa_filters.numa_irq_msi_dirs(devices) == render(OLD_MSI_DIRS, **variables)
     assert numa_filters.numa_irq_legacy_devices(devices, msi=msi) == render(OLD_LEGACY, **variables)
     assert numa_filters.numa_irq_irqs(msi, legacy=slurped) == render(OLD_IRQS, **variables)
-    assert numa_filters.numa_irq_irqbalance_file(stat) == render(OLD_CONFIG, **variables)
+    # no file: the filter's None is what the task's template makes of it on this ansible-core
+    # (None from 2.19 on, '' before), as the replaced Jinja's none was
+    found = numa_filters.numa_irq_irqbalance_file(stat)
+    assert (render("{{ none }}") if found is None else found) == render(OLD_CONFIG, **variables)
 
 
 def test_numa_irq_reads_of_skipped_tasks():
