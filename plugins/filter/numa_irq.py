@@ -2,8 +2,9 @@
 # Copyright: stacktune contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The numa_irq layer's device choice and settings (documented in numa_irq_devices.yml,
-numa_irq_notes.yml and numa_irq_settings.yml)."""
+"""The numa_irq layer's device choice, the sysfs reads of their interrupts and the settings
+(documented in numa_irq_<filter>.yml beside this file); the interrupt and irqbalance file
+readings are module_utils/policy/layers.py's."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -11,44 +12,8 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.stacktune.gpu.plugins.module_utils.policy import layers
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._plain import plain
-
-NIC_FILTERS = ("rdma", "physical", "none")
-
-
-def _candidates(facts, gpus, nics, nic_filter):
-    out = []
-    if gpus:
-        for g in facts.get("gpus") or []:
-            if g.get("pci_bus_id"):
-                out.append(
-                    {
-                        "device": str(g["pci_bus_id"]).lower(),
-                        "name": "gpu%s" % g.get("index"),
-                        "numa_node": g.get("numa_node"),
-                        "cpus": g.get("local_cpulist"),
-                        "var": "numa_irq_gpus",
-                    }
-                )
-    for n in facts.get("nics") or []:
-        if not n.get("pci_address"):
-            continue
-        chosen = (
-            n.get("name") in nics
-            if nics
-            else (nic_filter == "physical" or (nic_filter == "rdma" and n.get("rdma_device")))
-        )
-        if chosen:
-            out.append(
-                {
-                    "device": str(n["pci_address"]).lower(),
-                    "name": "nic:%s" % n.get("name"),
-                    "numa_node": n.get("numa_node"),
-                    "cpus": n.get("local_cpulist"),
-                    "var": "numa_irq_nics" if nics else "numa_irq_nic_filter",
-                }
-            )
-    return out
 
 
 def numa_irq_devices(facts, gpus=True, nics=None, nic_filter="rdma", cpus_override=None):
@@ -58,56 +23,58 @@ def numa_irq_devices(facts, gpus=True, nics=None, nic_filter="rdma", cpus_overri
         raise AnsibleFilterError(
             "numa_irq_devices expects ansible_facts.stacktune (gpu_topology_facts), got %s" % type(facts).__name__
         )
-    if nic_filter not in NIC_FILTERS:
+    if nic_filter not in layers.NIC_FILTERS:
         raise AnsibleFilterError(
-            "numa_irq_devices: nic_filter must be one of %s, got %r" % (", ".join(NIC_FILTERS), nic_filter)
+            "numa_irq_devices: nic_filter must be one of %s, got %r" % (", ".join(layers.NIC_FILTERS), nic_filter)
         )
-    override = {str(k).lower(): str(v) for k, v in (plain(cpus_override) or {}).items()}
-    out, seen = [], set()
-    for c in _candidates(facts, bool(gpus), list(plain(nics) or []), nic_filter):
-        if c["device"] in seen:
-            continue
-        seen.add(c["device"])
-        if c["device"] in override:
-            c.update(cpus=override[c["device"]], var="numa_irq_cpus_override", skip=None)
-        elif not c["cpus"]:
-            c["skip"] = "no local CPUs reported for the device"
-        elif c["numa_node"] is None:
-            c["skip"] = "no NUMA node reported for the device (local CPUs %s)" % c["cpus"]
-        else:
-            c["skip"] = None
-        out.append(c)
-    return out
+    return layers.numa_irq_devices(facts, bool(gpus), plain(nics), nic_filter, plain(cpus_override))
 
 
 def numa_irq_notes(devices):
     """One line per device left alone: ``gpu0 (0000:17:00.0) not pinned: why``."""
-    return [
-        "%s (%s) not pinned: %s" % (d["name"], d["device"], d["skip"]) for d in plain(devices) or [] if d.get("skip")
-    ]
+    return layers.numa_irq_notes(plain(devices))
 
 
 def numa_irq_settings(devices, irqbalance="ban", irqbalance_file=None, irqs=None, irqbalance_args=""):
     """Engine settings: the affinity of every pinned device, and irqbalance's ban list when asked."""
-    pinned = [d for d in plain(devices) or [] if not d.get("skip")]
-    out = [
-        {"kind": "irq_affinity", "key": d["device"], "device": d["device"], "value": d["cpus"], "var": d["var"]}
-        for d in pinned
-    ]
-    irqs = list(plain(irqs) or [])
-    if irqbalance == "ban" and irqbalance_file and irqs:
-        args = ([irqbalance_args] if str(irqbalance_args or "").strip() else []) + ["--banirq=%s" % i for i in irqs]
-        out.append(
-            {
-                "kind": "env_var",
-                "path": irqbalance_file,
-                "key": "IRQBALANCE_ARGS",
-                "value": " ".join(args),
-                # the engine's refusal of a value names the variable it came from
-                "var": "numa_irq_irqbalance_args" if str(irqbalance_args or "").strip() else "numa_irq_irqbalance",
-            }
-        )
-    return out
+    return layers.numa_irq_settings(plain(devices), irqbalance, irqbalance_file, plain(irqs), irqbalance_args)
+
+
+def _list(value, name):
+    value = plain(value)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise AnsibleFilterError("%s expects a list, got %s" % (name, type(value).__name__))
+    return value
+
+
+def numa_irq_msi_dirs(devices):
+    """The sysfs msi_irqs folder of every pinned device."""
+    return layers.numa_irq_msi_dirs(_list(devices, "numa_irq_msi_dirs"))
+
+
+def numa_irq_legacy_devices(devices, msi=None):
+    """The pinned devices without MSI interrupts (``msi``: the find result of numa_irq_msi_dirs)."""
+    msi = plain(msi) or {}
+    return layers.numa_irq_legacy_devices(_list(devices, "numa_irq_legacy_devices"), msi.get("files") or [])
+
+
+def numa_irq_irqs(msi, legacy=None):
+    """The interrupt numbers of the pinned devices, sorted, each once."""
+    msi = plain(msi) or {}
+    legacy = plain(legacy) or {}
+    if not isinstance(msi, dict) or not isinstance(legacy, dict):
+        raise AnsibleFilterError("numa_irq_irqs expects the registered find and slurp results")
+    return layers.numa_irq_irqs(msi.get("files") or [], legacy.get("results") or [])
+
+
+def numa_irq_irqbalance_file(stat):
+    """The first irqbalance defaults file that exists, or None."""
+    stat = plain(stat) or {}
+    if not isinstance(stat, dict):
+        raise AnsibleFilterError("numa_irq_irqbalance_file expects the registered stat loop result")
+    return layers.first_existing(stat.get("results") or [])
 
 
 class FilterModule:
@@ -118,4 +85,8 @@ class FilterModule:
             "numa_irq_devices": numa_irq_devices,
             "numa_irq_notes": numa_irq_notes,
             "numa_irq_settings": numa_irq_settings,
+            "numa_irq_msi_dirs": numa_irq_msi_dirs,
+            "numa_irq_legacy_devices": numa_irq_legacy_devices,
+            "numa_irq_irqs": numa_irq_irqs,
+            "numa_irq_irqbalance_file": numa_irq_irqbalance_file,
         }

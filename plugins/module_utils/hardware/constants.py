@@ -2,7 +2,8 @@
 # Copyright: stacktune contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Hardware constants every reader of the host shares, and the two readings of a version.
+"""Hardware constants every reader of the host shares, and the one reading of a version (its
+leading numbers: version_text, version_prefix) with the order of any version's numbers (version_order).
 
 Standard library only: the workload program (workloads/) ships this file's text as its own
 first part, so the program and the collection decode NVML's bits from the same table.
@@ -57,10 +58,22 @@ def version_order(version):
     return tuple(int(n) for n in re.findall(r"[0-9]+", "" if version is None else str(version)))
 
 
-def version_prefix(text, parts=None):
-    """The leading numbers of a version, at most ``parts`` of them ("6.8.0-45-generic" -> (6, 8, 0),
-    "v12.2" -> (12, 2)); None without one (hardware/compat.py's parse_version is its strict form)."""
+def version_text(text, parts=None, least=1):
+    """The leading version as written, at most ``parts`` of its numbers ("580.159.04-0ubuntu1" ->
+    "580.159.04", "v12.2" -> "12.2", "6.8.0-45-generic" with parts=2 -> "6.8"); None without one or
+    with fewer than ``least`` numbers. The one reading of a version's leading numbers: version_prefix
+    and compat.parse_version are its numeric forms."""
     match = VERSION_PREFIX.match(text or "")
     if not match:
         return None
-    return tuple(int(p) for p in match.group(1).split(".")[:parts])
+    numbers = match.group(1).split(".")
+    if len(numbers) < least:
+        return None
+    return ".".join(numbers[:parts])
+
+
+def version_prefix(text, parts=None):
+    """The leading numbers of a version, at most ``parts`` of them ("6.8.0-45-generic" -> (6, 8, 0),
+    "v12.2" -> (12, 2)); None without one (hardware/compat.py's parse_version is its strict form)."""
+    found = version_text(text, parts)
+    return None if found is None else tuple(int(p) for p in found.split("."))

@@ -10,6 +10,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import re
+
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.constants import version_text
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.compat import (
     compare_versions,
     try_parse_version,
@@ -24,6 +27,78 @@ PREFLIGHT_IDS = (
     "driver_version_mismatch",
     "library_version_mismatch",
 )
+
+
+# Packages whose version is the driver's.
+DRIVER_PACKAGES = re.compile(r"^(nvidia-driver|nvidia-dkms|kmod-nvidia|libnvidia-compute|cuda-drivers)")
+EPOCH = re.compile(r"^[0-9]+:")
+
+
+def installed_packages(lines):
+    """``{name: version}`` of the installed packages in the package query's lines
+    (``ii <TAB>name<TAB>version``: dpkg-query's status abbreviation, rpm's query format alike)."""
+    out = {}
+    for line in lines or []:
+        fields = str(line).split("\t")
+        if fields[0].startswith("ii") and len(fields) > 2:
+            out[fields[1]] = fields[2]
+    return out
+
+
+def pattern_regex(patterns):
+    """One regular expression for shell-like package name patterns (``*`` any text, ``?`` one character)."""
+    return "^(%s)$" % "|".join(re.escape(p).replace("\\*", ".*").replace("\\?", ".") for p in patterns)
+
+
+def package_driver_versions(installed, packages):
+    """The driver versions the driver packages among ``packages`` carry ("580.65.06" of
+    "1:580.65.06-0ubuntu1"), sorted, each once."""
+    found = []
+    for name in packages:
+        if not DRIVER_PACKAGES.match(name):
+            continue
+        version = EPOCH.sub("", str(installed.get(name) or ""), count=1)
+        text = version_text(version, least=2) if version[:1].isdigit() else None
+        if text and text not in found:
+            found.append(text)
+    return sorted(found)
+
+
+def driver_packages(lines, patterns):
+    """The installed NVIDIA packages that match ``patterns`` (sorted) and the driver versions they carry."""
+    installed = installed_packages(lines)
+    regex = re.compile(pattern_regex(patterns))
+    packages = sorted(name for name in installed if regex.match(name))
+    return {"packages": packages, "versions": package_driver_versions(installed, packages)}
+
+
+HELD = re.compile(r"^\S+ hold$")
+# The package managers whose holds the driver role manages (dpkg selections, dnf versionlock).
+HOLD_MANAGERS = ("apt", "dnf", "dnf5")
+
+
+def held_packages(lines):
+    """The packages dpkg-query's ``<name> <want>`` lines list as held."""
+    return [str(line).split(" ")[0] for line in lines or [] if HELD.match(str(line))]
+
+
+def _changed_items(registered):
+    return [r.get("item") for r in (registered or {}).get("results") or [] if isinstance(r, dict) and r.get("changed")]
+
+
+def holds_summary(packages, hold, pkg_mgr, apt_hold=None, apt_release=None, dnf_lock=None):
+    """What holding (``hold``) or releasing ``packages`` changed, from the registered results of the
+    role's apt hold and release loops and its dnf versionlock task: ``{changed, held, released,
+    unsupported}`` (``unsupported``: packages on a package manager without holds)."""
+    dnf_changed = bool((dnf_lock or {}).get("changed"))
+    held = _changed_items(apt_hold) + (list(packages) if dnf_changed and hold else [])
+    released = _changed_items(apt_release) + (list(packages) if dnf_changed and not hold else [])
+    return {
+        "changed": bool(_changed_items(apt_hold) + _changed_items(apt_release)) or dnf_changed,
+        "held": held,
+        "released": released,
+        "unsupported": len(packages) > 0 and pkg_mgr not in HOLD_MANAGERS,
+    }
 
 
 def _host(finding_id, severity, message):

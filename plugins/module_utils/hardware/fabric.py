@@ -15,6 +15,7 @@ import re
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.constants import (
     NVIDIA_VENDOR,
     NVLINK_DEVICE_TYPE_SWITCH,
+    version_text,
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.parsers import parse_str
 
@@ -137,9 +138,9 @@ def parse_package_version(text):
     for line in (text or "").splitlines():
         status, _sep, version = line.strip().partition(" ")
         if status == "installed":
-            match = re.match(r"^(\d+\.\d+(?:\.\d+)?)", version.strip())
-            if match:
-                return match.group(1)
+            found = version_text(version.strip(), parts=3, least=2) if version.strip()[:1].isdigit() else None
+            if found:
+                return found
     return None
 
 

@@ -170,9 +170,27 @@ def parse_os_release(text):
     }
 
 
+def parse_meminfo_kib(text):
+    """The numbers of /proc/meminfo ("MemTotal:  2113628116 kB" -> {"MemTotal": 2113628116}), also
+    of a NUMA node's meminfo ("Node 0 MemTotal:  6121684 kB"): the field's name is the last word
+    before the colon; the first value of a field counts."""
+    out = {}
+    for line in (text or "").splitlines():
+        name, sep, rest = line.partition(":")
+        words, values = name.split(), rest.split()
+        if sep and words and values and values[0].isdigit():
+            out.setdefault(words[-1], int(values[0]))
+    return out
+
+
 def parse_node_meminfo_total_kib(text):
     """MemTotal of a NUMA node's meminfo ("Node 0 MemTotal:  6121684 kB") in KiB."""
-    match = re.search(r"MemTotal:\s+(\d+)\s*kB", text or "")
+    return parse_meminfo_kib(text).get("MemTotal")
+
+
+def parse_mount_size_kib(text, mountpoint):
+    """The size= option (in KiB) of the tmpfs mounted at ``mountpoint`` in /proc/mounts, or None."""
+    match = re.search(r" %s tmpfs \S*size=(\d+)k" % re.escape(mountpoint), text or "")
     return int(match.group(1)) if match else None
 
 

@@ -26,6 +26,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.constants i
     NVLINK_DEVICE_TYPE_SWITCH,
     SLOWDOWN_REASONS,
     version_order,
+    version_text,
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.parsers import (
     decode_clocks_event_reasons,
@@ -405,7 +406,7 @@ def _version_from_dist_info(fs, library_path, key, major):
         for candidate in (directory + "/dist-info", directory):
             for name in fs.listdir(candidate) or []:
                 match = pattern.match(name)
-                if match and match.group(1).split(".")[0] == major:
+                if match and version_text(match.group(1), 1) == major:
                     return match.group(1)
     return None
 

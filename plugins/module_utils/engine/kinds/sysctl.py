@@ -23,6 +23,7 @@ import re
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine import writers
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.dropins import ordered_files
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops import read_text
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.parsers import parse_meminfo_kib
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import (
     HEADER,
     Kind,
@@ -80,11 +81,7 @@ RANGES = {
 
 
 def meminfo_kib(ctx, field):
-    for line in (read_text(ctx.path("/proc/meminfo")) or "").splitlines():
-        name, _sep, rest = line.partition(":")
-        if name == field and rest.split():
-            return int(rest.split()[0])
-    return None
+    return parse_meminfo_kib(read_text(ctx.path("/proc/meminfo"))).get(field)
 
 
 def check_range(key, value, ctx):

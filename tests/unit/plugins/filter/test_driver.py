@@ -26,7 +26,12 @@ def found(findings):
 
 
 def test_registered():
-    assert filters.FilterModule().filters() == {"driver_findings": filters.driver_findings}
+    assert filters.FilterModule().filters() == {
+        "driver_findings": filters.driver_findings,
+        "driver_packages": filters.driver_packages,
+        "driver_held": filters.driver_held,
+        "driver_holds": filters.driver_holds,
+    }
 
 
 def test_keeps_the_driver_findings_of_preflight_in_the_one_shape():

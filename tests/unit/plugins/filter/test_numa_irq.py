@@ -34,7 +34,15 @@ FACTS = {
 
 
 def test_registered():
-    assert set(filters.FilterModule().filters()) == {"numa_irq_devices", "numa_irq_notes", "numa_irq_settings"}
+    assert set(filters.FilterModule().filters()) == {
+        "numa_irq_devices",
+        "numa_irq_notes",
+        "numa_irq_settings",
+        "numa_irq_msi_dirs",
+        "numa_irq_legacy_devices",
+        "numa_irq_irqs",
+        "numa_irq_irqbalance_file",
+    }
 
 
 def test_gpus_and_rdma_nics():

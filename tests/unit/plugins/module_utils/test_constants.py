@@ -1,11 +1,16 @@
-"""The hardware constants and the two readings of a version (module_utils/hardware/constants.py),
+"""The hardware constants, the one reading of a version and the order of a version's numbers
+(module_utils/hardware/constants.py), every other reading of a version going through it,
 and the one tmpfiles persistence the sysfs and irq_affinity kinds share."""
+
+import os
 
 import pytest
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.irq import IrqAffinityKind
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.sysfs import TMPFILES, SysfsKind, TmpfilesUnit
-from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import constants
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import compat, constants
+
+PLUGINS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(constants.__file__))))
 
 
 @pytest.mark.parametrize(
@@ -44,6 +49,45 @@ def test_version_order_reads_the_numbers_in_order():
 )
 def test_version_prefix_reads_the_leading_numbers(text, parts, expected):
     assert constants.version_prefix(text, parts) == expected
+
+
+@pytest.mark.parametrize(
+    "text, parts, least, expected",
+    [
+        ("580.159.04-0ubuntu1", None, 1, "580.159.04"),
+        ("580.159.04", 1, 1, "580"),
+        ("6.8.0-45-generic", 2, 1, "6.8"),
+        ("v12.2", None, 1, "12.2"),
+        ("550.54.15.1", 3, 2, "550.54.15"),
+        ("575-0ubuntu1", None, 2, None),
+        ("generic", None, 1, None),
+        ("", None, 1, None),
+        (None, None, 1, None),
+    ],
+)
+def test_version_text_is_the_leading_version_as_written(text, parts, least, expected):
+    assert constants.version_text(text, parts, least) == expected
+
+
+@pytest.mark.parametrize("text", ["580.159.04", "6.8.0-45-generic", "v12.2", " 5.15", "13.0+cu130", "7"])
+def test_the_numeric_readings_are_the_text_reading(text):
+    numbers = tuple(int(n) for n in constants.version_text(text).split("."))
+    assert constants.version_prefix(text) == numbers == compat.parse_version(text)
+
+
+def test_no_other_version_parser_in_plugins():
+    """Versions are read by constants.py (and its strict form compat.parse_version): no
+    LooseVersion, StrictVersion or packaging.version anywhere in plugins/."""
+    found = []
+    for base, _dirs, files in os.walk(PLUGINS):
+        for name in files:
+            if name.endswith(".py"):
+                with open(os.path.join(base, name)) as handle:
+                    text = handle.read()
+                found += [
+                    (name, word) for word in ("LooseVersion", "StrictVersion", "packaging.version") if word in text
+                ]
+    assert found == []
 
 
 def test_pcie_rates_and_addresses():
