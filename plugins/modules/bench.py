@@ -408,7 +408,7 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import process
+from ansible_collections.stacktune.gpu.plugins.module_utils.common import process
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import DEFAULT_STEPS_OTHER, Monitor
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.program import runner_preload
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.source import program_source

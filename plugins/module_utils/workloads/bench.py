@@ -15,7 +15,7 @@ import json
 import math
 import os
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import summarize
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.stats import summarize
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.constants import SLOWDOWN_REASONS
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import (
     CPU_WORKLOADS,

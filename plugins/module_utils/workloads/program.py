@@ -22,6 +22,7 @@ import threading
 import time
 import traceback
 
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.hostproc import controller_gone, die_with_parent
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import (
     DEFAULT_SIZE,
     DEFAULT_STEPS,
@@ -33,8 +34,6 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base impor
     LIVE_WORKLOADS,
     SIZE_MEANING,
     WorkloadError,
-    controller_gone,
-    die_with_parent,
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.cpu import (
     wl_cpu_dataloader,

@@ -19,12 +19,13 @@ __metaclass__ = type
 import ast
 import os
 
+from ansible_collections.stacktune.gpu.plugins.module_utils.common import hostproc
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import constants
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import base, cpu, files, gpu, live, program
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.process import module_source
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.process import module_source
 
 # In order: a part uses only names of the parts before it.
-PARTS = (constants, base, gpu, cpu, files, live, program)
+PARTS = (hostproc, constants, base, gpu, cpu, files, live, program)
 COLLECTION = "ansible_collections."
 HEADER = (
     "# stacktune workload program (stacktune.gpu.bench), assembled from plugins/module_utils:\n"

@@ -17,9 +17,9 @@ import time
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import base as workloads_base
+from ansible_collections.stacktune.gpu.plugins.module_utils.common import hostproc
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import files
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import process as workloads_process
+from ansible_collections.stacktune.gpu.plugins.module_utils.common import process as workloads_process
 from ansible_collections.stacktune.gpu.plugins.modules import bench
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import program as workload_program
 
@@ -118,18 +118,18 @@ def test_the_runner_ends_when_its_controller_on_this_machine_is_gone(tmp_path):
     controller = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     ident = {
         "host": "here",
-        "boot_id": workloads_base.boot_id(),
-        "pid_ns": workloads_base.pid_namespace(),
+        "boot_id": hostproc.boot_id(),
+        "pid_ns": hostproc.pid_namespace(),
         "pid": controller.pid,
-        "pid_start": workloads_base.process_start(controller.pid),
+        "pid_start": hostproc.process_start(controller.pid),
     }
-    assert workloads_base.controller_gone(ident) is False
+    assert hostproc.controller_gone(ident) is False
     proc, sock = start_serving(tmp_path, {"run_id": "r1", "expires_ts": time.time() + 600, "controller": ident})
     time.sleep(1.5)
     assert proc.poll() is None  # its controller lives: it serves
     controller.kill()
     controller.wait()
-    assert workloads_base.controller_gone(ident) is True
+    assert hostproc.controller_gone(ident) is True
     proc.wait(10)
     assert not os.path.exists(os.path.dirname(sock))
 
@@ -144,10 +144,10 @@ def test_the_runner_ends_when_its_controller_on_this_machine_is_gone(tmp_path):
     ],
 )
 def test_a_controller_nothing_here_can_see_is_never_taken_for_gone(change):
-    ident = {"boot_id": workloads_base.boot_id(), "pid_ns": workloads_base.pid_namespace(), "pid": 2**22 - 1}
-    assert workloads_base.controller_gone(ident) is True  # a pid nothing runs, in our namespace
-    assert workloads_base.controller_gone(dict(ident, **change)) is False
-    assert workloads_base.controller_gone(None) is False
+    ident = {"boot_id": hostproc.boot_id(), "pid_ns": hostproc.pid_namespace(), "pid": 2**22 - 1}
+    assert hostproc.controller_gone(ident) is True  # a pid nothing runs, in our namespace
+    assert hostproc.controller_gone(dict(ident, **change)) is False
+    assert hostproc.controller_gone(None) is False
 
 
 def test_a_killed_runners_folder_is_swept_and_a_live_ones_kept(runner, tmp_path):
