@@ -5,7 +5,7 @@
 """What one measured block costs: a fresh interpreter per block against the block runner.
 
 For each workload, blocks alternate between the two ways (fresh, runner, runner, fresh ...)
-through the bench module's own code path (``bench.measure``), and the table gives per way the
+through the bench module's own code path (``measure``), and the table gives per way the
 wall seconds of a block, the seconds of its measured steps, their share, and the block's
 median step (which must not depend on the way it was started). Run from the repository root:
 
@@ -43,6 +43,8 @@ def main(argv=None):
     )
     parser.add_argument("--json", help="also write every block's numbers to this file")
     args = parser.parse_args(argv)
+    from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.bench import BenchFailure
+    from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.measure import measure
     from ansible_collections.stacktune.gpu.plugins.modules import bench
 
     sizes = {}
@@ -53,7 +55,7 @@ def main(argv=None):
         sizes[name] = int(value)
     base = bench.default_params(python=args.python, steps=args.steps, warmup=args.warmup)
     started = time.time()
-    runner = bench.measure(dict(base, runner_state="started", runner_workloads=args.workloads.split(",")))
+    runner = measure(dict(base, runner_state="started", runner_workloads=args.workloads.split(",")))
     print(
         "block runner ready in %.2f s (interpreter start and imports, paid once per layer)" % runner["runner_start_s"]
     )
@@ -72,7 +74,7 @@ def main(argv=None):
                     if way == "runner":
                         params["runner_socket"] = runner["runner_socket"]
                     t0 = time.time()
-                    res = bench.measure(params)
+                    res = measure(params)
                     ways[way].append(
                         {
                             "wall_s": time.time() - t0,
@@ -82,7 +84,7 @@ def main(argv=None):
                             "throughput": res["throughput"]["value"],
                         }
                     )
-            except bench.BenchFailure as exc:
+            except BenchFailure as exc:
                 print("%s: %s" % (workload, str(exc)[:300]))
                 continue
             raw[workload] = ways
@@ -110,7 +112,7 @@ def main(argv=None):
                 with open(args.json, "w") as handle:
                     json.dump(raw, handle, indent=1)
     finally:
-        bench.measure(dict(base, runner_state="stopped", runner_socket=runner["runner_socket"]))
+        measure(dict(base, runner_state="stopped", runner_socket=runner["runner_socket"]))
     print(head)
     print("|---|---|---|---|---|---|---|---|")
     for row in rows:

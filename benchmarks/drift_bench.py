@@ -44,7 +44,7 @@ import ansible_runner
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(REPO, "collections"))
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import quantile  # noqa: E402
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.stats import quantile  # noqa: E402
 
 
 def find_tool(name):

@@ -27,7 +27,7 @@ import sys
 import time
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.hostprobe import capture
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import quantile
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.stats import quantile
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.topology import assemble
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))

@@ -80,7 +80,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import check_settings  # noqa: E402
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import Trial  # noqa: E402
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.steps import judge  # noqa: E402
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import quantile  # noqa: E402
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.stats import quantile  # noqa: E402
 
 _INV = NormalDist().inv_cdf
 MEDIAN_MS = 10.0

@@ -4,7 +4,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """One block of every GPU workload of ``stacktune.gpu.bench``, as a Markdown table.
 
-Runs each workload through the module's own code path (``bench.measure``: the same
+Runs each workload through the module's own code path (``measure``: the same
 program file, interpreter hand-over, parsing, throughput and void decision as a task)
 and prints workload, steps, p50, p99, throughput and whether the block was void.
 Needs ansible-core importable by this interpreter and PyTorch with CUDA in --python.
@@ -39,6 +39,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     try:
+        from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.bench import BenchFailure
+        from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.measure import measure
         from ansible_collections.stacktune.gpu.plugins.modules import bench
     except ImportError as exc:
         sys.stderr.write("ansible-core is needed to load the bench module: %s\n" % exc)
@@ -50,8 +52,8 @@ def main(argv=None):
             workload=workload, python=args.python, steps=args.steps, warmup=args.warmup, device=args.device
         )
         try:
-            res = bench.measure(params)
-        except bench.BenchFailure as exc:
+            res = measure(params)
+        except BenchFailure as exc:
             rows.append("| %s | - | - | - | %s | - |" % (workload, exc.msg.replace("|", "/")))
             raw[workload] = {"failed": True, "msg": exc.msg}
             continue

@@ -31,6 +31,7 @@ sys.path.insert(0, os.path.join(REPO, "collections"))
 
 from ansible_collections.stacktune.gpu.plugins.modules import bench  # noqa: E402
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import runner_client  # noqa: E402
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.measure import measure  # noqa: E402
 
 
 def switch(cmd):
@@ -65,7 +66,7 @@ def main(argv=None):
         runner_state="started",
         runner_workloads=[] if args.command else [workload],
     )
-    res = bench.measure(params)
+    res = measure(params)
     sock = res["runner_socket"]
     spec = {"env": {}}
     if args.command:
@@ -114,7 +115,7 @@ def main(argv=None):
         ended = runner_client.live_stop(sock)
     finally:
         switch(args.off)
-        bench.stop_runner(sock)
+        runner_client.stop_runner(sock)
     measured_s = sum(sum(w["samples_ms"]) for w in windows) / 1000.0
     summary = {"start_s": round(started_s, 2), "windows_s": round(total_s, 2), "measured_s": round(measured_s, 2)}
     summary["measured_share"] = round(measured_s / total_s, 3)

@@ -41,6 +41,8 @@ import time
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(REPO, "collections"))
 
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.bench import BenchFailure  # noqa: E402
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.measure import measure  # noqa: E402
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.source import write_program  # noqa: E402
 
 PROGRAM = write_program(tempfile.mkdtemp(prefix="stacktune-record-"))
@@ -68,11 +70,11 @@ def _throttles(conditions):
     return sorted(seen)
 
 
-def _bench_block(bench, params, started, t0, info=None):
-    """One block through the bench module (``bench.measure``), as the recording keeps it."""
+def _bench_block(params, started, t0, info=None):
+    """One block through the bench module's code (``measure``), as the recording keeps it."""
     try:
-        res = bench.measure(params)
-    except bench.BenchFailure as exc:
+        res = measure(params)
+    except BenchFailure as exc:
         raise SystemExit("block failed: %s" % exc.msg) from None
     details = res.get("details") or {}
     return {
@@ -87,18 +89,18 @@ def _bench_block(bench, params, started, t0, info=None):
     }
 
 
-def run_runner_block(bench, base, socket_path, cfg, extra_env):
+def run_runner_block(base, socket_path, cfg, extra_env):
     """One block forked from the block runner, through the bench module."""
     started, t0 = time.time(), time.perf_counter()
     params = dict(base, workload=cfg["workload"], size=cfg["size"], runner_socket=socket_path, env=extra_env)
-    return _bench_block(bench, params, started, t0)
+    return _bench_block(params, started, t0)
 
 
-def run_command_block(bench, base, argv, extra_env):
+def run_command_block(base, argv, extra_env):
     """One block of a user's program, as the gate's ``command`` workload runs it."""
     started, t0 = time.time(), time.perf_counter()
     params = dict(base, workload="command", command=argv, env=extra_env)
-    return _bench_block(bench, params, started, t0, info=lambda details: {"step_lines": details.get("step_lines")})
+    return _bench_block(params, started, t0, info=lambda details: {"step_lines": details.get("step_lines")})
 
 
 def run_block(python, cfg, env, timeout):
@@ -172,7 +174,7 @@ def main(argv=None):
         parser.error("--command goes with --workload command, and only with it")
     if args.command:
         cfg["command"] = shlex.split(args.command)
-    runner = bench = base = None
+    runner = base = None
     if args.runner or args.command:
         from ansible_collections.stacktune.gpu.plugins.modules import bench  # pylint: disable=import-outside-toplevel
 
@@ -185,25 +187,25 @@ def main(argv=None):
             timeout=args.timeout,
         )
     if args.runner and not args.command:
-        runner = bench.measure(dict(base, runner_state="started", runner_workloads=[args.workload]))
+        runner = measure(dict(base, runner_state="started", runner_workloads=[args.workload]))
         doc["runner"] = {"start_s": runner["runner_start_s"], "imports": runner.get("runner_imports")}
         print("block runner ready in %.2f s" % runner["runner_start_s"], flush=True)
     try:
-        record_rounds(args, arms, cfg, doc, bench, base, runner)
+        record_rounds(args, arms, cfg, doc, base, runner)
     finally:
         if runner:
-            bench.measure(dict(base, runner_state="stopped", runner_socket=runner["runner_socket"]))
+            measure(dict(base, runner_state="stopped", runner_socket=runner["runner_socket"]))
     return 0
 
 
-def record_rounds(args, arms, cfg, doc, bench, base, runner):
+def record_rounds(args, arms, cfg, doc, base, runner):
     for rnd in range(args.blocks):
         order = arms if rnd % 2 == 0 else list(reversed(arms))
         for name, extra in order:
             if args.command:
-                block = run_command_block(bench, base, cfg["command"], extra)
+                block = run_command_block(base, cfg["command"], extra)
             elif runner:
-                block = run_runner_block(bench, base, runner["runner_socket"], cfg, extra)
+                block = run_runner_block(base, runner["runner_socket"], cfg, extra)
             else:
                 env = dict(os.environ)
                 env.update(extra)

@@ -14,7 +14,7 @@ import os
 import shlex
 import socket
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.hostproc import (
     boot_id,
     pid_gone,
     pid_namespace,

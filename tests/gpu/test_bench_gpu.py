@@ -18,6 +18,9 @@ pytestmark = pytest.mark.gpu
 
 bench = pytest.importorskip("ansible_collections.stacktune.gpu.plugins.modules.bench")
 
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.bench import BenchFailure  # noqa: E402
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.measure import measure  # noqa: E402
+
 
 def _gpu_count(python):
     out = subprocess.check_output([python, "-c", "import torch; print(torch.cuda.device_count())"])
@@ -26,7 +29,7 @@ def _gpu_count(python):
 
 def _block(python, workload, **kw):
     params = bench.default_params(workload=workload, python=python, timeout=300, **kw)
-    result = bench.measure(params)
+    result = measure(params)
     assert result["workload"] == workload
     assert len(result["samples_ms"]) == params["steps"]
     assert result["warmup_discarded"] == params["warmup"]
@@ -80,7 +83,7 @@ def test_train_step_learns(python):
 
 
 def test_auto_picks_gemm(python):
-    res = bench.measure(bench.default_params(python=python, steps=5, warmup=2, size=2048, timeout=300))
+    res = measure(bench.default_params(python=python, steps=5, warmup=2, size=2048, timeout=300))
     assert res["workload"] == "gemm"
 
 
@@ -88,15 +91,15 @@ def test_allreduce(python):
     count = _gpu_count(python)
     params = bench.default_params(workload="allreduce", python=python, steps=20, warmup=5, size=64, timeout=300)
     if count < 2:
-        with pytest.raises(bench.BenchFailure, match="needs 2 or more GPUs"):
-            bench.measure(params)
+        with pytest.raises(BenchFailure, match="needs 2 or more GPUs"):
+            measure(params)
         return
-    res = bench.measure(params)
+    res = measure(params)
     assert res["throughput"]["unit"] == "GB/s" and res["throughput"]["value"] > 1
     assert res["details"]["info"]["world_size"] == count
 
 
 def test_bad_gpu_index_fails_clearly(python):
     count = _gpu_count(python)
-    with pytest.raises(bench.BenchFailure, match="does not exist"):
-        bench.measure(bench.default_params(workload="gemm", python=python, device=count, steps=1, warmup=0))
+    with pytest.raises(BenchFailure, match="does not exist"):
+        measure(bench.default_params(workload="gemm", python=python, device=count, steps=1, warmup=0))

@@ -36,22 +36,10 @@ RECORD_SCHEMA = 1
 # its ``metrics`` (one number per metric for the whole host: the worst GPU or pair) and
 # ``gpu_name`` to compare hosts of the same GPU model.
 
-# (metric, which way is better, label): the host-level numbers the fleet compares.
-FLEET_METRICS = (
-    ("h2d_local_gbps", "higher", "host-to-device, local NUMA (GB/s)"),
-    ("d2h_local_gbps", "higher", "device-to-host, local NUMA (GB/s)"),
-    ("h2d_remote_gbps", "higher", "host-to-device, remote NUMA (GB/s)"),
-    ("d2h_remote_gbps", "higher", "device-to-host, remote NUMA (GB/s)"),
-    ("p2p_gbps", "higher", "peer-to-peer (GB/s)"),
-    ("p2p_latency_us", "lower", "peer-to-peer small copy (us)"),
-    ("memory_gbps", "higher", "device memory (GB/s)"),
-    ("gemm_tflops", "higher", "burn-in GEMM (TFLOP/s)"),
-    ("sm_clock_mhz", "higher", "SM clock under burn-in (MHz)"),
-)
-
 
 def fleet_metrics(measurements, burn_in_summary=None):
-    """One number per FLEET_METRICS entry for the whole host: its worst GPU or pair."""
+    """One number per metric the fleet compares (reporting/fleet.py ``FLEET_METRICS``) for the
+    whole host: its worst GPU or pair."""
     out = {}
 
     def worst(key, values, better):

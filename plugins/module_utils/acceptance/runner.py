@@ -13,8 +13,8 @@ __metaclass__ = type
 import json
 import os
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import summarize
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.process import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.stats import summarize
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.process import (
     module_source,
     private_program,
     run_process,

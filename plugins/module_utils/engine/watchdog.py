@@ -40,7 +40,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal impor
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops import rooted
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context, run_argv
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import RunLock
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import controller_gone
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.hostproc import controller_gone
 
 # Seconds between two looks at the lease.
 POLL_S = 2.0

@@ -53,7 +53,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.gate.verdicts import
     sig,
     throughput_verdict,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import mean, quantile
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.stats import mean, quantile
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import (
     DIMENSIONS,
@@ -62,7 +62,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import
     gate_settings,
     look_confidence,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import t_ppf
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.stats import t_ppf
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.wording import decide
 
 # ------------------------------------------------------------------- the fit over blocks

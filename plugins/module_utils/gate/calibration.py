@@ -16,7 +16,7 @@ import math
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.verdicts import (
     sig,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import mean, quantile
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.stats import mean, quantile
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import (
     DIMENSIONS,

@@ -26,7 +26,7 @@ confidence interval (CI), never on point estimates alone:
   sides. Spikes that hit 1.5% of the steps move p99.5 far more surely than p99, so the
   ladder gives the tail test its power without a looser tolerance.
 
-Quantiles are type 7 (see ``gate/stats.py``). Each side's quantile gets a distribution-free CI
+Quantiles are type 7 (see ``common/stats.py``). Each side's quantile gets a distribution-free CI
 from order statistics (binomial ranks); the ratio after/before gets a percentile
 bootstrap CI over both samples. The bootstrap draws the resampled order statistics
 directly (the k-th smallest of n uniforms is Beta(k, n - k + 1)), which is the exact
@@ -62,7 +62,7 @@ from statistics import NormalDist
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate import blocks as _blocks
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import gate_settings
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import mean, quantile, stdev
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.stats import mean, quantile, stdev
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.verdicts import (
     POLICIES,
     latency_verdict,

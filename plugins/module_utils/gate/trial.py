@@ -28,7 +28,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import
     planned_looks,
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.blocks import judge_blocks
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import t_ppf
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.stats import t_ppf
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.wording import headline
 
 

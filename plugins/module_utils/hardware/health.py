@@ -23,7 +23,7 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import median
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.stats import median
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.findings import finding
 
 # xid -> (severity, short name)

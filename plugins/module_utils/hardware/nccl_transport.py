@@ -24,7 +24,7 @@ __metaclass__ = type
 import os
 import re
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.process import private_program, run_process
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.process import private_program, run_process
 
 CHANNEL = re.compile(
     r"Channel (?P<channel>\d+)(?:/\d+)? : (?P<src>\d+)\[(?P<src_dev>\d+)\] -> (?P<dst>\d+)\[(?P<dst_dev>\d+)\]"

@@ -21,10 +21,23 @@ __metaclass__ = type
 import json
 import math
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.acceptance.record import FLEET_METRICS
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import median
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.stats import median
 
 SCHEMA_VERSION = 1
+
+# (metric, which way is better, label): the host-level numbers the fleet compares, from
+# each host's acceptance record (acceptance/record.py ``fleet_metrics``).
+FLEET_METRICS = (
+    ("h2d_local_gbps", "higher", "host-to-device, local NUMA (GB/s)"),
+    ("d2h_local_gbps", "higher", "device-to-host, local NUMA (GB/s)"),
+    ("h2d_remote_gbps", "higher", "host-to-device, remote NUMA (GB/s)"),
+    ("d2h_remote_gbps", "higher", "device-to-host, remote NUMA (GB/s)"),
+    ("p2p_gbps", "higher", "peer-to-peer (GB/s)"),
+    ("p2p_latency_us", "lower", "peer-to-peer small copy (us)"),
+    ("memory_gbps", "higher", "device memory (GB/s)"),
+    ("gemm_tflops", "higher", "burn-in GEMM (TFLOP/s)"),
+    ("sm_clock_mhz", "higher", "SM clock under burn-in (MHz)"),
+)
 
 # (field, Markdown label), in report order.
 FIELDS = (

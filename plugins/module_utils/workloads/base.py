@@ -2,12 +2,13 @@
 # Copyright: stacktune contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The workload program's first part: the row a workload is declared in, the conditions monitor.
+"""The workload program's own first part: the row a workload is declared in, the conditions monitor.
 
 The workload program of ``stacktune.gpu.bench`` is one self-contained file on the host,
-assembled from the parts in this package (``workloads/source.py``, ``PARTS``): the hardware
-constants, this file, the GPU workloads (``gpu.py``), the CPU workloads (``cpu.py``), the file
-workload (``files.py``), the registry of them all (``registry.py``), a live session
+assembled from parts (``workloads/source.py``, ``PARTS``): the process helpers
+(``common/hostproc.py``), the hardware constants, this file, the GPU workloads (``gpu.py``),
+the CPU workloads (``cpu.py``), the file workload (``files.py``), the registry of them all
+(``registry.py``), the live session
 (``live.py``) and the entry point with the block runner (``program.py``). The bench
 module writes it to a private temporary file and runs it as ``[python, file, json-args]``
 under the interpreter named by its ``python`` option (for GPU workloads one with PyTorch).
@@ -29,10 +30,10 @@ __metaclass__ = type
 
 import contextlib
 import os
-import signal
 import threading
 import time
 
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.hostproc import read_first_line
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.constants import CLOCKS_EVENT_REASONS
 
 
@@ -145,14 +146,6 @@ def decode_throttle_reasons(mask):
 # Conditions: host state and GPU state (NVML), read before, during and after a block.
 
 
-def _read_first_line(path):
-    try:
-        with open(path) as handle:
-            return handle.readline().strip()
-    except (IOError, OSError):
-        return None
-
-
 def _bracketed(text):
     """The selected value of a sysfs choice file such as ``always [madvise] never``."""
     if not text or "[" not in text:
@@ -178,7 +171,7 @@ def host_conditions():
         out["shm_free_bytes"] = st.f_bavail * st.f_frsize
     except (AttributeError, OSError):
         out["shm_size_bytes"] = out["shm_free_bytes"] = None
-    out["thp_enabled"] = _bracketed(_read_first_line("/sys/kernel/mm/transparent_hugepage/enabled"))
+    out["thp_enabled"] = _bracketed(read_first_line("/sys/kernel/mm/transparent_hugepage/enabled"))
     out["mem_available_bytes"] = None
     try:
         with open("/proc/meminfo") as handle:
@@ -345,88 +338,6 @@ class Monitor:
                 self.nvml.nvmlShutdown()
             self.nvml = None
         return {"before": self.before, "after": self.after, "during": self.during, "nvml": self.nvml_status}
-
-
-def process_start(pid):
-    """The start time of a process (clock ticks since boot), or None when it does not exist.
-
-    With the boot id and the pid namespace, it tells a live process from a new one that
-    reuses its pid.
-    """
-    stat = _read_first_line("/proc/%d/stat" % int(pid))
-    if stat is None:
-        return None
-    # the command name (field 2) may hold spaces and parentheses: split after its last ')'
-    fields = stat.rsplit(")", 1)[-1].split()
-    try:
-        return int(fields[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def pid_namespace():
-    """This process's pid namespace (``pid:[4026531836]``), or None: pids mean the same only
-    inside one namespace."""
-    try:
-        return os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return None
-
-
-def boot_id():
-    return _read_first_line("/proc/sys/kernel/random/boot_id") or None
-
-
-def controller_gone(controller):
-    """True when a lease's controller process (``host``, ``boot_id``, ``pid_ns``, ``pid``,
-    ``pid_start``) is known to be gone from here: same boot and pid namespace, and its pid no
-    longer runs the process that started. False when it runs, or when nothing here can tell
-    (another machine, another namespace, a lease that does not say)."""
-    if not isinstance(controller, dict):
-        return False
-    if not controller.get("boot_id") or controller.get("boot_id") != boot_id():
-        return False
-    if not controller.get("pid_ns") or controller.get("pid_ns") != pid_namespace():
-        return False
-    return pid_gone(controller)
-
-
-def pid_gone(controller):
-    """Whether the ``pid`` of a process record (``pid``, ``pid_start``) no longer runs that
-    process here; the caller has made sure the pid means here what it meant there."""
-    try:
-        pid = int(controller.get("pid"))
-    except (TypeError, ValueError):
-        return False
-    start = process_start(pid)
-    return start is None or (controller.get("pid_start") is not None and start != controller["pid_start"])
-
-
-PR_SET_PDEATHSIG = 1
-
-
-def libc_prctl():
-    """libc's prctl, or None where there is none (resolved before any fork)."""
-    try:
-        import ctypes  # pylint: disable=import-outside-toplevel
-
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError, ImportError):
-        return None
-
-
-def die_with_parent(prctl=None, parent=None):
-    """Have the kernel SIGKILL this process when the process that started it dies (Linux).
-
-    Every program stacktune starts (through :func:`run_process`) and every worker process a
-    workload starts calls it first, so a killed bench module or workload leaves no process
-    behind. ``parent``: the pid the caller expects as parent; if it is already gone, exit.
-    """
-    prctl = prctl or libc_prctl()
-    if prctl is not None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if parent is not None and os.getppid() != parent:
-        os._exit(1)
 
 
 # Live mode (the gate's live trial): one process runs a workload until it is ended, printing

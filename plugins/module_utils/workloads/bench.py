@@ -14,8 +14,9 @@ __metaclass__ = type
 import json
 import math
 import os
+import signal
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import summarize
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.stats import summarize
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.constants import SLOWDOWN_REASONS
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.registry import (
     CPU_WORKLOADS,
@@ -278,3 +279,28 @@ def parse_cpu_list(text):
         else:
             raise ValueError("bad element %r in CPU list %r" % (part, text))
     return sorted(cpus)
+
+
+class BenchFailure(Exception):
+    """A block could not be measured; ``msg`` is the task's message, ``extra`` its other keys."""
+
+    def __init__(self, msg, **extra):
+        super().__init__(msg)
+        self.msg = msg
+        self.extra = extra
+
+
+def last_line(text):
+    """The last non-empty line of a program's output (its own last words), or None."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1][:500] if lines else None
+
+
+def exit_words(rc):
+    """How a process ended, in words: 'exit status 2', 'killed by SIGKILL'."""
+    if rc is not None and rc < 0:
+        try:
+            return "killed by %s" % signal.Signals(-rc).name
+        except ValueError:
+            return "killed by signal %d" % -rc
+    return "exit status %s" % rc

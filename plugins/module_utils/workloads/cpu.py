@@ -17,12 +17,12 @@ import struct
 import time
 import zlib
 
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.hostproc import die_with_parent
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import (
     CPU,
     Monitor,
     Workload,
     WorkloadError,
-    die_with_parent,
     ms_since,
     timed_loop,
 )

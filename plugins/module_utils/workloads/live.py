@@ -33,7 +33,7 @@ import subprocess
 import threading
 import time
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import die_with_parent, libc_prctl
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.hostproc import die_with_parent, libc_prctl
 
 
 # Seconds a live program is given to end after SIGTERM before its process group is killed.

@@ -22,12 +22,11 @@ import threading
 import time
 import traceback
 
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.hostproc import controller_gone, die_with_parent
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import (
     LIVE,
     LIVE_STEPS,
     WorkloadError,
-    controller_gone,
-    die_with_parent,
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.live import LiveSession
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.registry import (

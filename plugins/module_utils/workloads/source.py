@@ -19,7 +19,9 @@ __metaclass__ = type
 import ast
 import os
 
+from ansible_collections.stacktune.gpu.plugins.module_utils.common import hostproc
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import constants
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.process import module_source
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import (
     base,
     cpu,
@@ -29,11 +31,12 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import (
     program,
     registry,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.process import module_source
 
 # In order: a part uses only names of the parts before it.
-PARTS = (constants, base, gpu, cpu, files, registry, live, program)
+PARTS = (hostproc, constants, base, gpu, cpu, files, registry, live, program)
 COLLECTION = "ansible_collections."
+# The program's file name on the host (in the bench module's private folder, or the runner's).
+PROGRAM_NAME = "stacktune_workload.py"
 HEADER = (
     "# stacktune workload program (stacktune.gpu.bench), assembled from plugins/module_utils:\n"
     "# %s\n"
@@ -78,7 +81,7 @@ def program_source(parts=PARTS):
     return "\n\n".join(texts)
 
 
-def write_program(folder, name="stacktune_workload.py"):
+def write_program(folder, name=PROGRAM_NAME):
     """Write the workload program into ``folder`` as ``name`` and return its path (for running
     it by hand or from a benchmark, as the bench module does from its private folder)."""
     path = os.path.join(folder, name)

@@ -24,6 +24,8 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.stacktune.gpu.plugins.action.gate_layer import ActionModule
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import Trial, live_plan
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.bench import BenchFailure
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.measure import measure
 from ansible_collections.stacktune.gpu.plugins.modules import bench
 
 PROGRAM = textwrap.dedent(
@@ -72,8 +74,8 @@ class Host:
             return {"changed": False}
         params = bench.default_params(**{k: v for k, v in module_args.items() if k in bench.ARGUMENT_SPEC})
         try:
-            return bench.measure(params)
-        except bench.BenchFailure as exc:
+            return measure(params)
+        except BenchFailure as exc:
             return dict(exc.extra, failed=True, msg=exc.msg)
 
 

@@ -23,7 +23,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import
     check_settings,
     planned_looks,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import t_ppf
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.stats import t_ppf
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import (
     Trial,
     conditional_power,

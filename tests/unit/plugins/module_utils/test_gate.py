@@ -17,7 +17,7 @@ import pytest
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate import steps as _gate
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.steps import judge, needed_samples, order_stat_ci
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate.stats import quantile
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.stats import quantile
 
 INV = NormalDist().inv_cdf
 

@@ -13,6 +13,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base im
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.units import KINDS
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import runner_client
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.live import LiveOutputError, parse_step
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.measure import measure
 from ansible_collections.stacktune.gpu.plugins.modules import bench
 
 
@@ -73,9 +74,9 @@ def test_a_broken_timer_is_an_error(line):
 
 @pytest.fixture
 def runner():
-    res = bench.measure(bench.default_params(workload="cpu_train_step", runner_state="started", runner_workloads=[]))
+    res = measure(bench.default_params(workload="cpu_train_step", runner_state="started", runner_workloads=[]))
     yield res["runner_socket"]
-    bench.stop_runner(res["runner_socket"])
+    runner_client.stop_runner(res["runner_socket"])
     folder = os.path.dirname(res["runner_socket"])
     for _wait in range(100):  # the runner removes its folder (and ends any live program) as it exits
         if not os.path.exists(folder):

@@ -17,10 +17,14 @@ import time
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import base as workloads_base
+from ansible_collections.stacktune.gpu.plugins.module_utils.common import hostproc
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import files
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import process as workloads_process
+from ansible_collections.stacktune.gpu.plugins.module_utils.common import process
 from ansible_collections.stacktune.gpu.plugins.modules import bench
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import runner_client
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.bench import BenchFailure
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.measure import measure
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.source import program_source
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import program as workload_program
 
 
@@ -31,18 +35,18 @@ def params(**extra):
 
 @pytest.fixture
 def runner():
-    started = bench.measure(params(runner_state="started"))
+    started = measure(params(runner_state="started"))
     yield started
-    bench.measure(params(runner_state="stopped", runner_socket=started["runner_socket"]))
+    measure(params(runner_state="stopped", runner_socket=started["runner_socket"]))
 
 
 def test_a_block_in_the_runner_is_a_block_of_its_own(runner):
-    fresh = bench.measure(params())
-    warm = bench.measure(params(runner_socket=runner["runner_socket"]))
+    fresh = measure(params())
+    warm = measure(params(runner_socket=runner["runner_socket"]))
     assert warm["workload"] == fresh["workload"] == "cpu_train_step"
     assert len(warm["samples_ms"]) == len(fresh["samples_ms"]) == 30
     assert set(warm) == set(fresh)
-    other = bench.measure(params(workload="shm_pingpong", runner_socket=runner["runner_socket"]))
+    other = measure(params(workload="shm_pingpong", runner_socket=runner["runner_socket"]))
     assert other["workload"] == "shm_pingpong"
 
 
@@ -52,32 +56,30 @@ def test_a_file_block_in_the_runner_and_one_killed_there_leave_nothing(runner, t
     data = tmp_path / "data"
     data.mkdir()
     sock = runner["runner_socket"]
-    block = bench.measure(params(workload="file_dataloader", data_dir=str(data), size=8, runner_socket=sock))
+    block = measure(params(workload="file_dataloader", data_dir=str(data), size=8, runner_socket=sock))
     assert block["workload"] == "file_dataloader" and len(block["samples_ms"]) == 30
     assert block["throughput"]["unit"] == "GB/s" and os.listdir(str(data)) == []
-    with pytest.raises(bench.BenchFailure) as exc:
-        bench.measure(
-            params(workload="file_dataloader", data_dir=str(data), steps=10**7, timeout=4, runner_socket=sock)
-        )
+    with pytest.raises(BenchFailure) as exc:
+        measure(params(workload="file_dataloader", data_dir=str(data), steps=10**7, timeout=4, runner_socket=sock))
     assert exc.value.extra["failure"] == "hang"
     left = os.listdir(str(data))
     assert len(left) == 1 and left[0].startswith(files.FILE_PREFIX)
-    again = bench.measure(params(workload="file_dataloader", data_dir=str(data), size=8, runner_socket=sock))
+    again = measure(params(workload="file_dataloader", data_dir=str(data), size=8, runner_socket=sock))
     assert again["details"]["info"]["stale_removed"] == left
     assert os.listdir(str(data)) == []
 
 
 def test_a_hang_in_the_runner_is_killed(runner):
-    with pytest.raises(bench.BenchFailure) as exc:
-        bench.measure(params(steps=10**7, timeout=1, runner_socket=runner["runner_socket"]))
+    with pytest.raises(BenchFailure) as exc:
+        measure(params(steps=10**7, timeout=1, runner_socket=runner["runner_socket"]))
     assert exc.value.extra["failure"] == "hang"
     # the runner still answers afterwards
-    assert bench.measure(params(runner_socket=runner["runner_socket"]))["workload"] == "cpu_train_step"
+    assert measure(params(runner_socket=runner["runner_socket"]))["workload"] == "cpu_train_step"
 
 
 def test_stopping_the_runner_removes_its_folder(runner):
     folder = os.path.dirname(runner["runner_socket"])
-    bench.measure(params(runner_state="stopped", runner_socket=runner["runner_socket"]))
+    measure(params(runner_state="stopped", runner_socket=runner["runner_socket"]))
     deadline = time.time() + 5
     while os.path.exists(folder) and time.time() < deadline:
         time.sleep(0.05)
@@ -87,14 +89,12 @@ def test_stopping_the_runner_removes_its_folder(runner):
 def start_serving(tmp_path, holder):
     lock = tmp_path / "run.lock"
     lock.write_text(json.dumps({"holder": holder, "past": []}))
-    sock = os.path.join(bench.runner_folder(), "runner.sock")
+    sock = os.path.join(runner_client.runner_folder(), "runner.sock")
     cfg = {"serve": {"socket": sock, "run_id": "r1", "lock_path": str(lock), "idle_s": 60, "preload": []}}
     program = os.path.join(os.path.dirname(sock), "p.py")
     with open(program, "w") as out:
-        out.write(bench.workload_source())
-    proc = workloads_process.start_detached(
-        [sys.executable, program, json.dumps(cfg)], str(tmp_path), str(tmp_path / "log")
-    )
+        out.write(program_source())
+    proc = process.start_detached([sys.executable, program, json.dumps(cfg)], str(tmp_path), str(tmp_path / "log"))
     deadline = time.time() + 10
     while not os.path.exists(sock) and time.time() < deadline:
         time.sleep(0.05)
@@ -118,18 +118,18 @@ def test_the_runner_ends_when_its_controller_on_this_machine_is_gone(tmp_path):
     controller = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     ident = {
         "host": "here",
-        "boot_id": workloads_base.boot_id(),
-        "pid_ns": workloads_base.pid_namespace(),
+        "boot_id": hostproc.boot_id(),
+        "pid_ns": hostproc.pid_namespace(),
         "pid": controller.pid,
-        "pid_start": workloads_base.process_start(controller.pid),
+        "pid_start": hostproc.process_start(controller.pid),
     }
-    assert workloads_base.controller_gone(ident) is False
+    assert hostproc.controller_gone(ident) is False
     proc, sock = start_serving(tmp_path, {"run_id": "r1", "expires_ts": time.time() + 600, "controller": ident})
     time.sleep(1.5)
     assert proc.poll() is None  # its controller lives: it serves
     controller.kill()
     controller.wait()
-    assert workloads_base.controller_gone(ident) is True
+    assert hostproc.controller_gone(ident) is True
     proc.wait(10)
     assert not os.path.exists(os.path.dirname(sock))
 
@@ -144,10 +144,10 @@ def test_the_runner_ends_when_its_controller_on_this_machine_is_gone(tmp_path):
     ],
 )
 def test_a_controller_nothing_here_can_see_is_never_taken_for_gone(change):
-    ident = {"boot_id": workloads_base.boot_id(), "pid_ns": workloads_base.pid_namespace(), "pid": 2**22 - 1}
-    assert workloads_base.controller_gone(ident) is True  # a pid nothing runs, in our namespace
-    assert workloads_base.controller_gone(dict(ident, **change)) is False
-    assert workloads_base.controller_gone(None) is False
+    ident = {"boot_id": hostproc.boot_id(), "pid_ns": hostproc.pid_namespace(), "pid": 2**22 - 1}
+    assert hostproc.controller_gone(ident) is True  # a pid nothing runs, in our namespace
+    assert hostproc.controller_gone(dict(ident, **change)) is False
+    assert hostproc.controller_gone(None) is False
 
 
 def test_a_killed_runners_folder_is_swept_and_a_live_ones_kept(runner, tmp_path):
@@ -156,24 +156,24 @@ def test_a_killed_runners_folder_is_swept_and_a_live_ones_kept(runner, tmp_path)
     at once removed each other's folders)."""
     import socket
 
-    dead = tmp_path / (bench.RUNNER_PREFIX + "dead")
+    dead = tmp_path / (runner_client.RUNNER_PREFIX + "dead")
     dead.mkdir(mode=0o700)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as gone:
         gone.bind(str(dead / "runner.sock"))  # bound, never listening again: what a killed runner leaves
     (dead / "out-1").write_text("{}")
-    no_socket = tmp_path / (bench.RUNNER_PREFIX + "nosocket")
+    no_socket = tmp_path / (runner_client.RUNNER_PREFIX + "nosocket")
     no_socket.mkdir(mode=0o700)
-    old = time.time() - bench.RUNNER_START_TIMEOUT_S - 1
+    old = time.time() - runner_client.RUNNER_START_TIMEOUT_S - 1
     os.utime(str(no_socket), (old, old))  # killed before its socket came, longer ago than a start takes
-    starting = tmp_path / (bench.RUNNER_PREFIX + "starting")
+    starting = tmp_path / (runner_client.RUNNER_PREFIX + "starting")
     starting.mkdir(mode=0o700)  # another run's runner, started a moment ago: no socket yet
     other = tmp_path / "stacktune-other"
     other.mkdir()
     live = os.path.dirname(runner["runner_socket"])
-    assert set(bench.sweep_runner_folders(str(tmp_path))) == {str(dead), str(no_socket)}
+    assert set(runner_client.sweep_runner_folders(str(tmp_path))) == {str(dead), str(no_socket)}
     assert not dead.exists() and not no_socket.exists() and other.exists() and starting.exists()
     # the live runner of the fixture, in its own base folder, answers and stays
-    assert str(live) not in bench.sweep_runner_folders(os.path.dirname(live))
+    assert str(live) not in runner_client.sweep_runner_folders(os.path.dirname(live))
     assert os.path.exists(runner["runner_socket"])
 
 
@@ -206,17 +206,17 @@ def test_an_import_that_fails_is_reported_and_the_runner_still_starts(tmp_path):
 
 def test_a_layer_of_the_same_run_uses_the_runner_that_answers(runner):
     sock = runner["runner_socket"]
-    assert bench.runner_answers(sock, []) == (True, True)
-    again = bench.measure(params(runner_state="started", runner_socket=sock, runner_workloads=["shm_pingpong"]))
+    assert runner_client.runner_answers(sock, []) == (True, True)
+    again = measure(params(runner_state="started", runner_socket=sock, runner_workloads=["shm_pingpong"]))
     assert again["runner_reused"] is True and again["runner_socket"] == sock
-    assert bench.measure(params(runner_socket=sock))["workload"] == "cpu_train_step"
+    assert measure(params(runner_socket=sock))["workload"] == "cpu_train_step"
 
 
 def test_a_runner_without_the_imports_asked_for_is_replaced(runner):
     old = runner["runner_socket"]
     # gemm needs torch, which this runner (for a CPU workload) never imported
-    assert bench.runner_answers(old, ["torch"]) == (True, False)
-    new = bench.measure(params(runner_state="started", runner_socket=old, runner_workloads=["gemm"]))
+    assert runner_client.runner_answers(old, ["torch"]) == (True, False)
+    new = measure(params(runner_state="started", runner_socket=old, runner_workloads=["gemm"]))
     try:
         assert "runner_reused" not in new and new["runner_socket"] != old
         deadline = time.time() + 5
@@ -224,14 +224,14 @@ def test_a_runner_without_the_imports_asked_for_is_replaced(runner):
             time.sleep(0.05)
         assert not os.path.exists(os.path.dirname(old)), "the old runner was stopped"
     finally:
-        bench.measure(params(runner_state="stopped", runner_socket=new["runner_socket"]))
+        measure(params(runner_state="stopped", runner_socket=new["runner_socket"]))
 
 
 def test_a_runner_that_is_gone_is_started_anew(tmp_path):
     gone = str(tmp_path / "stacktune-runner-gone" / "runner.sock")
-    assert bench.runner_answers(gone, []) == (False, False)
-    new = bench.measure(params(runner_state="started", runner_socket=gone))
+    assert runner_client.runner_answers(gone, []) == (False, False)
+    new = measure(params(runner_state="started", runner_socket=gone))
     try:
         assert "runner_reused" not in new and new["runner_socket"] != gone
     finally:
-        bench.measure(params(runner_state="stopped", runner_socket=new["runner_socket"]))
+        measure(params(runner_state="stopped", runner_socket=new["runner_socket"]))

@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 import time
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import die_with_parent, libc_prctl
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.hostproc import die_with_parent, libc_prctl
 
 
 @contextlib.contextmanager
