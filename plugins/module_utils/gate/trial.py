@@ -22,7 +22,6 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base impor
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import (
     DIMENSIONS,
     WORSE_RULES,
-    judged_by,
     look_confidence,
     planned_looks,
 )
@@ -126,7 +125,7 @@ def conditional_power(lean, at_budget, band, q_budget, per_arm, budget):
 _DIM_WORDS = {"throughput": "the throughput", "p50": "the median step", "tail": "the tail", "stalls": "the stalls"}
 
 
-def futility(res, policy, settings, per_arm):
+def futility(res, policy, gate, per_arm):
     """Why the rest of the budget cannot resolve what ``policy`` needs on one workload, or None.
 
     At a look before the last: per dimension still unknown, the interval's half-width now is
@@ -139,10 +138,10 @@ def futility(res, policy, settings, per_arm):
     better; when none leans to a gain with that conditional power, it stops. A lean well
     inside the noise at the budget, as a bimodal workload's median, keeps nothing going.
     """
-    budget = settings["max_blocks"]
+    budget = gate.budget["max_blocks"]
     if res.get("resolved") or per_arm >= budget or res.get("blocks_before") is None:
         return None
-    conf = look_confidence(settings["confidence"], planned_looks(settings["min_blocks"], budget))
+    conf = look_confidence(gate.settings["confidence"], planned_looks(gate.budget["min_blocks"], budget))
     hopeless, leaning_worse, gains, leans = [], [], [], False
     for dim in DIMENSIONS:
         block = res.get(dim) or {}
@@ -196,7 +195,7 @@ def futility(res, policy, settings, per_arm):
         return None
     if leans and not gains and not leaning_worse:
         return "no improvement of the %s asked for that the budget could show (%s)" % (
-            _span("throughput", settings["min_gain"]),
+            _span("throughput", gate.settings["min_gain"]),
             "; ".join(hopeless) or "no dimension leans to a gain",
         )
     return None
@@ -304,9 +303,7 @@ class Trial:
     ORDER = ("on", "off", "off", "on")
     MIRROR = ("off", "on", "on", "off")
 
-    def __init__(
-        self, workloads, set_layer, measure, policy, settings, clock, stop_early=True, worse_rule=None, rng=None
-    ):
+    def __init__(self, workloads, set_layer, measure, policy, gate, clock, stop_early=True, worse_rule=None, rng=None):
         if not workloads:
             raise ValueError("a trial needs at least one workload")
         self.stop_early = stop_early  # False: spend the budget although it cannot decide (benchmarks)
@@ -315,9 +312,9 @@ class Trial:
         self.set_layer = set_layer
         self.measure = measure
         self.policy = policy
-        self.s = settings
+        self.gate = gate  # a checked gate (settings.check_settings): its settings and its budget
         self.clock = clock
-        self.looks = planned_looks(settings["min_blocks"], settings["max_blocks"])
+        self.looks = planned_looks(gate.budget["min_blocks"], gate.budget["max_blocks"])
         self.data = None
         self.on = True
         # with ``rng`` (a live trial), each quad is A B B A or B A A B, drawn at random: a
@@ -348,7 +345,7 @@ class Trial:
                     {k: v for k, v in arms["off"].items() if v is not None},
                     {k: v for k, v in arms["on"].items() if v is not None},
                     policy=self.policy,
-                    **judged_by(self.s),
+                    **self.gate.settings,
                     final=final,
                     looks=self.looks,
                     worse_rule=self.worse_rule,
@@ -460,8 +457,9 @@ class Trial:
             quads += 1
             elapsed = self.clock() - start
             per_quad = elapsed / quads
-            last = per_arm["on"] + 2 > self.s["max_blocks"] or elapsed + per_quad > self.s["max_seconds"]
-            if per_arm["on"] < self.s["min_blocks"] and not last:
+            budget = self.gate.budget
+            last = per_arm["on"] + 2 > budget["max_blocks"] or elapsed + per_quad > budget["max_seconds"]
+            if per_arm["on"] < budget["min_blocks"] and not last:
                 continue
             for w in self.workloads:
                 for arm in ("on", "off"):
@@ -473,7 +471,7 @@ class Trial:
                 # calibrate, then tune: a workload the budget cannot resolve stops taking blocks
                 per = judged.get("workloads") or {self.workloads[0]: judged}
                 for w in list(active):
-                    why = futility(per.get(w) or {}, self.policy, self.s, per_arm["on"])
+                    why = futility(per.get(w) or {}, self.policy, self.gate, per_arm["on"])
                     if why:
                         futile[w] = why
                         active.remove(w)
