@@ -140,9 +140,10 @@ def test_the_gate_entry_points_take_the_settings_by_name_from_the_one_home():
         # a setting given is used: a gain of 1% counts with min_gain 0.005, not with the default 2%
         faster = [[x / 1.01 for x in b] for b in before] if before is blocks else [x / 1.01 for x in before]
         assert judge(before, faster, min_gain=0.005)["tolerances"] != judge(before, faster)["tolerances"]
-        assert perf_gate(before, faster, min_gain=0.005)["tolerances"] == judge(before, faster, min_gain=0.005)[
-            "tolerances"
-        ]
+        assert (
+            perf_gate(before, faster, min_gain=0.005)["tolerances"]
+            == judge(before, faster, min_gain=0.005)["tolerances"]
+        )
 
 
 @pytest.mark.parametrize("key", sorted(_gate.BUDGET))
@@ -158,13 +159,14 @@ def test_an_error_about_a_budget_key_names_the_budget_variable_on_every_path(key
     blocks = [[10.0 + 0.01 * (i % 7) for i in range(50)] for _b in range(4)]
     messages = []
     for value in (1, _gate.BUDGET[key].default):
-        for call in (
-            lambda: _gate.check_settings({key: value}),
-            lambda: _gate.check_settings({key: value}, {}),
-            lambda: judge(blocks, blocks, **{key: value}),
+        given = {key: value}
+        for call, args in (
+            (_gate.check_settings, (given,)),
+            (_gate.check_settings, (given, {})),
+            (judge, (blocks, blocks)),
         ):
             with pytest.raises(_gate.GateSettingError) as caught:
-                call()
+                call(*args, **({} if call is _gate.check_settings else given))
             messages.append(str(caught.value))
         messages.append(gate_settings_check({key: value}))
         with pytest.raises(AnsibleFilterError) as caught:
