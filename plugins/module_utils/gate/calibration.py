@@ -115,7 +115,8 @@ def calibrate(workloads, measure, gate, blocks, clock):
     spread between blocks (standard deviation of the per-block statistic, as a percentage of
     its level, or in points for stalls), the interval the A/A pair gave, and the smallest
     change the gate can resolve at its budget (``max_blocks`` per arm, with the confidence of
-    one of its planned looks).
+    one of its planned looks). ``gate``: the checked gate (``settings.check_settings``), its
+    settings and its budget.
     """
     data = {w: [] for w in workloads}
     seconds = dict.fromkeys(workloads, 0.0)

@@ -128,6 +128,8 @@ _DIM_WORDS = {"throughput": "the throughput", "p50": "the median step", "tail": 
 def futility(res, policy, gate, per_arm):
     """Why the rest of the budget cannot resolve what ``policy`` needs on one workload, or None.
 
+    ``gate``: the checked gate (``settings.check_settings``), its settings and its budget.
+
     At a look before the last: per dimension still unknown, the interval's half-width now is
     scaled to the budget (``max_blocks`` per arm: the square root of the blocks and the
     Student-t quantile at the degrees of freedom then). ``no_regression`` needs every
@@ -283,7 +285,9 @@ def failure_decision(workload, policy, failed, confirmed, fails):
 class Trial:
     """Balanced, sequential measurement of one layer on one or more workloads.
 
-    ``set_layer(on)`` takes the layer off or puts it back through the settings engine;
+    ``gate``: a checked gate (``settings.check_settings``), its ``settings`` judging every look
+    and its ``budget`` bounding the blocks and seconds. ``set_layer(on)`` takes the layer off or
+    puts it back through the settings engine;
     ``measure(workload)`` runs one block and returns ``{"samples_ms": [...], "void": bool,
     "throughput": number or None, "reason": str}``, or ``{"failed": True, "failure": str,
     "error": str}`` when the workload did not run to the end (a crash, a non-zero exit, a
