@@ -212,3 +212,15 @@ def test_the_role_validates_the_settings_the_lookup_reads():
     )
     assert bad.returncode != 0
     assert "stacktune_gate_tail_tolerance must be in [0, 1), got 1.5" in bad.stdout + bad.stderr
+
+
+def test_an_integer_setting_is_checked_as_one():
+    """The table's rows may be integers too: checked as the budget's are, open ends kept."""
+    row = _gate.Setting("int", 3, 1, 10, True, False, "An integer setting.")
+    assert _gate._setting_value("stacktune_gate_n", row, "4") == 4
+    assert _gate._setting_value("stacktune_gate_n", row, 10.0) == 10
+    for bad in (1, 11, 2.5, True, "many"):
+        with pytest.raises(_gate.GateSettingError, match="stacktune_gate_n must be"):
+            _gate._setting_value("stacktune_gate_n", row, bad)
+    assert _gate.bounds_text(row) == "(1, 10]"
+    assert _gate.bounds_text(_gate.BUDGET["max_blocks"]) == "2..200"
