@@ -25,6 +25,7 @@ from ansible.utils.display import Display
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import JOURNAL_DIR
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.calibration import calibrate
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import (
+    Gate,
     GateSettingError,
     check_settings,
     live_gate,
@@ -420,8 +421,9 @@ class ActionModule(ActionBase):
             window = self._window_taker(bench, task_vars, state, guard, window_s, drop_s)
             rng = random.Random("%s/%s/%s" % (a.get("run_id") or "manual", a["layer"], w))
             # max_seconds is the layer's: each workload's trial gets what the ones before left
-            left = s._replace(
-                budget=dict(s.budget, max_seconds=max(1, int(s.budget["max_seconds"] - (time.monotonic() - started))))
+            left = Gate(
+                s.settings,
+                dict(s.budget, max_seconds=max(1, int(s.budget["max_seconds"] - (time.monotonic() - started)))),
             )
             trial = Trial([w], set_layer, window, policy, left, time.monotonic, rng=rng)
             try:
