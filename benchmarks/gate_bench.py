@@ -420,8 +420,8 @@ def block_table(pool, args):
             args.block_draws,
             args.seed,
             args.jobs,
-            BLOCK_SETTINGS["min_blocks"],
-            BLOCK_SETTINGS["max_blocks"],
+            BLOCK_SETTINGS.budget["min_blocks"],
+            BLOCK_SETTINGS.budget["max_blocks"],
         )
     )
     print()

@@ -25,9 +25,10 @@ from ansible.utils.display import Display
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import JOURNAL_DIR
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.calibration import calibrate
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import (
+    Gate,
     GateSettingError,
     check_settings,
-    live_settings,
+    live_gate,
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import (
     LIVE_DROP_STEPS,
@@ -235,10 +236,13 @@ class ActionModule(ActionBase):
         budget = a.get("budget")
         if budget is not None and not isinstance(budget, dict):
             raise AnsibleActionFail("budget must be a dict (stacktune_gate_budget), got %r" % (budget,))
+        settings = a.get("gate") or {}
+        if not isinstance(settings, dict):
+            raise AnsibleActionFail("gate must be a dict of the gate's settings, got %r" % (settings,))
         try:
-            # the budget is an option of its own (errors name stacktune_gate_budget.<key>); given
-            # inside gate instead, as earlier callers did, its keys are still taken from there
-            settings = check_settings(a.get("gate") or {}, budget=budget)
+            # the settings and the budget are options of their own, checked and kept apart (a
+            # budget key in gate is an error naming stacktune_gate_budget.<key>)
+            gate = check_settings(settings, budget=budget)
         except GateSettingError as exc:
             raise AnsibleActionFail(str(exc)) from None
         bench = a.get("bench") or {}
@@ -256,14 +260,14 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail("gpu_count must be an integer, got %r" % (a.get("gpu_count"),)) from None
         workloads = resolve_workloads(candidates, gpu_count, a.get("workload"), bench.get("data_dir"))
         self._runner_wanted = self._runner_workloads(workloads, gpu_count, bench)
-        return mode, settings, bench, workloads
+        return mode, gate, bench, workloads
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         del tmp
-        mode, settings, bench, workloads = self._args()
+        mode, gate, bench, workloads = self._args()
         if mode == "calibrate":
-            return self._calibrate(result, settings, bench, workloads, task_vars)
+            return self._calibrate(result, gate, bench, workloads, task_vars)
         a = self._task.args
         if not a.get("layer"):
             raise AnsibleActionFail("layer is required with mode=gate")
@@ -303,7 +307,7 @@ class ActionModule(ActionBase):
                 self._engine("reapplied" if on else "suspended", task_vars)
                 state["on"], state["switching"] = on, False
 
-        per_arm = int(settings.get("max_blocks") or 0)
+        per_arm = int(gate.budget.get("max_blocks") or 0)
         progress = {"n": 0, "most": 2 * per_arm * len(workloads), "arm": {}}
 
         def measure(workload):
@@ -344,14 +348,14 @@ class ActionModule(ActionBase):
         if live:
             state["unit"] = "window"  # what a stop lands in, for the journal's reason
         else:
-            display.display("    %s: %s" % (a["layer"], budget_words(settings, workloads)))
-            trial = Trial(workloads, set_layer, measure, policy, settings, time.monotonic)
+            display.display("    %s: %s" % (a["layer"], budget_words(gate.budget, workloads)))
+            trial = Trial(workloads, set_layer, measure, policy, gate, time.monotonic)
         with guard:
             try:
                 self._runner = self._start_runner(workloads, bench, task_vars, for_live=live)
                 if live:
                     decision, samples = self._live(
-                        workloads, bench, settings, policy, live_info, set_layer, guard, state, task_vars
+                        workloads, bench, gate, policy, live_info, set_layer, guard, state, task_vars
                     )
                 else:
                     decision = trial.run()
@@ -395,19 +399,19 @@ class ActionModule(ActionBase):
         )
         return result
 
-    def _live(self, workloads, bench, settings, policy, drop_s, set_layer, guard, state, task_vars):
+    def _live(self, workloads, bench, gate, policy, drop_s, set_layer, guard, state, task_vars):
         """The live trial: per workload, ONE process runs while the layer is switched between
         windows of its steps (A B B A or B A A B quads at random); the windows are the blocks.
         Returns the combined decision and the steps per workload and arm."""
         a = self._task.args
-        s = live_settings(settings)
-        window_s = float(settings["window_s"])
+        s = live_gate(gate)
+        window_s = float(gate.budget["window_s"])
         results, samples, cost = {}, {}, {}
         totals = {"with": 0, "without": 0, "toggles": 0, "start_s": 0.0}
         started = time.monotonic()
         display.display(
             "    %s: every change is seen by a running process. %s %.1f s and %d steps are dropped after each switch."
-            % (a["layer"], budget_words(settings, workloads, live=True), drop_s, LIVE_DROP_STEPS)
+            % (a["layer"], budget_words(gate.budget, workloads, live=True), drop_s, LIVE_DROP_STEPS)
         )
         for w in workloads:
             guard.check()
@@ -417,7 +421,10 @@ class ActionModule(ActionBase):
             window = self._window_taker(bench, task_vars, state, guard, window_s, drop_s)
             rng = random.Random("%s/%s/%s" % (a.get("run_id") or "manual", a["layer"], w))
             # max_seconds is the layer's: each workload's trial gets what the ones before left
-            left = dict(s, max_seconds=max(1, int(s["max_seconds"] - (time.monotonic() - started))))
+            left = Gate(
+                s.settings,
+                dict(s.budget, max_seconds=max(1, int(s.budget["max_seconds"] - (time.monotonic() - started)))),
+            )
             trial = Trial([w], set_layer, window, policy, left, time.monotonic, rng=rng)
             try:
                 results[w] = trial.run()
@@ -573,12 +580,12 @@ class ActionModule(ActionBase):
             # what the restore put back, as the journal records it (the report counts these)
             decision["restored"] = [r.get("id") for r in (restored or {}).get("settings") or [] if r.get("changed")]
 
-    def _calibrate(self, result, settings, bench, workloads, task_vars):
+    def _calibrate(self, result, gate, bench, workloads, task_vars):
         if not workloads:
             raise AnsibleActionFail(
                 "no workload to calibrate: none of %s runs here" % (self._task.args.get("workloads"),)
             )
-        blocks = self._task.args.get("blocks") or 2 * settings["max_blocks"]
+        blocks = self._task.args.get("blocks") or 2 * gate.budget["max_blocks"]
         try:
             blocks = int(blocks)
         except (TypeError, ValueError):
@@ -589,7 +596,7 @@ class ActionModule(ActionBase):
             )
         self._runner = self._start_runner(workloads, bench, task_vars)
         try:
-            out = calibrate(workloads, lambda w: self._bench(w, bench, task_vars), settings, blocks, time.monotonic)
+            out = calibrate(workloads, lambda w: self._bench(w, bench, task_vars), gate, blocks, time.monotonic)
         finally:
             self._stop_runner(task_vars)
         result.update(changed=False, calibration=out)

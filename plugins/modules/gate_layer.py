@@ -21,19 +21,19 @@ description:
     C(restore_to=snapshot)) and back on (C(state=reapplied))."
   - "With O(mode=gate) the layer has just been applied by its role. Blocks run in the
     order with, without, without, with, with, without, without, with ... (A B B A quads), so
-    drift of the host falls on both arms. After C(min_blocks) blocks per arm, and after
+    drift of the host falls on both arms. After O(budget.min_blocks) blocks per arm, and after
     every further quad, the gate judges throughput, median, tail (mean of the slowest 1%)
     and the share of stalled steps, each from one statistic per block, with intervals that
     include the block-to-block noise. It stops once its policy's question is answered or the
-    budget (C(max_blocks) in O(gate), C(max_seconds)) is spent, then keeps the layer
+    budget (O(budget.max_blocks), O(budget.max_seconds)) is spent, then keeps the layer
     (C(state=kept)) or puts it back to its snapshot, journaling the decision either way."
   - "A layer whose every written change a running process sees (each row of O(changes) says
     C(seen_running)) is judged in a live trial instead: per workload ONE process runs (a
     built-in workload in live mode, or C(live_command) of O(bench), the user's program that
     prints a step line per step until SIGTERM), the layer is switched between windows of its
-    steps (C(window_s) seconds; A B B A or B A A B quads drawn at random; the settling and two
+    steps (O(budget.window_s) seconds; A B B A or B A A B quads drawn at random; the settling and two
     steps dropped after each switch), and the windows are judged as blocks, at most
-    C(max_windows) per arm. C(live=false) in O(bench) measures in blocks always."
+    O(budget.max_windows) per arm. C(live=false) in O(bench) measures in blocks always."
   - A dimension the blocks cannot resolve is reported C(unknown) with the smallest change
     it could have seen; it never hides a dimension that is resolved (a throughput collapse
     is a rollback whatever the tail shows).
@@ -85,24 +85,6 @@ options:
         C(live) (false - never a live trial) and C(live_command) (the user's program for live trials).
     type: dict
     default: {}
-  gate:
-    description:
-      - The gate's settings; each is checked here and in the playbook's validation with the
-        same rule (module_utils C(gate.settings.check_settings)).
-      - "C(tail_quantile) (0.99), C(tail_tolerance) (0.05), C(min_gain) (0.02),
-        C(confidence) (0.95, over the whole sequence of looks), C(stall_factor) (3: a step
-        slower than 3x the median is a stall), C(stall_tolerance) (0.005: half a percentage
-        point more stalled steps), C(min_blocks) (4 per arm), C(max_blocks) (8 per arm),
-        C(max_seconds) (1800 per layer)."
-    type: dict
-    default: {}
-  budget:
-    description:
-      - "The budget (C(stacktune_gate_budget)): C(min_blocks) (4 per arm before the first look),
-        C(max_blocks) (8 per arm), C(max_seconds) (1800 per layer), and for a live trial
-        C(window_s) (3 s per window) and C(max_windows) (20 per arm). Errors name
-        C(stacktune_gate_budget.<key>). Without it, these keys are read from O(gate)."
-    type: dict
   unmeasurable:
     description:
       - What happens to a layer no workload here can measure, and to one whose changes no
@@ -141,11 +123,13 @@ options:
     type: bool
     default: false
   blocks:
-    description: With O(mode=calibrate), identical blocks per workload (default twice C(max_blocks) in O(gate)).
+    description: With O(mode=calibrate), identical blocks per workload (default twice O(budget.max_blocks)).
     type: int
   run_id:
     default: manual
 extends_documentation_fragment:
+  - stacktune.gpu.gate_settings.gate
+  - stacktune.gpu.gate_settings.budget
   - stacktune.gpu.journal
   - stacktune.gpu.journal.run_id
 attributes:
@@ -175,7 +159,8 @@ EXAMPLES = r"""
     workloads: [allreduce]
     gpu_count: "{{ ansible_facts.stacktune.gpu_count }}"
     bench: {python: /opt/torch/.venv/bin/python3, size: 64, steps: 400}
-    gate: {max_blocks: 12, max_seconds: 600}
+    gate: {tail_tolerance: 0.03}
+    budget: {max_blocks: 12, max_seconds: 600}
   register: nccl_gate
 
 - name: How much noise does this host have, and what can the gate resolve?

@@ -20,7 +20,6 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.common.stats import 
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import (
     DIMENSIONS,
-    judged_by,
     look_confidence,
     planned_looks,
 )
@@ -108,7 +107,7 @@ def steps_for_noise(blocks, startup_s, steps):
     }
 
 
-def calibrate(workloads, measure, settings, blocks, clock):
+def calibrate(workloads, measure, gate, blocks, clock):
     """Identical blocks per workload: the block-to-block noise per dimension and what the budget resolves.
 
     Blocks of the workloads are interleaved; each workload's blocks are split into two arms in
@@ -116,7 +115,8 @@ def calibrate(workloads, measure, settings, blocks, clock):
     spread between blocks (standard deviation of the per-block statistic, as a percentage of
     its level, or in points for stalls), the interval the A/A pair gave, and the smallest
     change the gate can resolve at its budget (``max_blocks`` per arm, with the confidence of
-    one of its planned looks).
+    one of its planned looks). ``gate``: the checked gate (``settings.check_settings``), its
+    settings and its budget.
     """
     data = {w: [] for w in workloads}
     seconds = dict.fromkeys(workloads, 0.0)
@@ -132,7 +132,8 @@ def calibrate(workloads, measure, settings, blocks, clock):
                 voids[w] += 1
                 continue
             data[w].append(block)
-    looks = planned_looks(settings["min_blocks"], settings["max_blocks"])
+    settings, budget = gate
+    looks = planned_looks(budget["min_blocks"], budget["max_blocks"])
     conf = look_confidence(settings["confidence"], looks)
     out = {}
     for w in workloads:
@@ -156,7 +157,7 @@ def calibrate(workloads, measure, settings, blocks, clock):
             arms["off"],
             arms["on"],
             policy="no_regression",
-            **judged_by(settings),
+            **settings,
             final=True,
             looks=looks,
         )
@@ -178,8 +179,8 @@ def calibrate(workloads, measure, settings, blocks, clock):
             at_budget = None
             df_now = block.get("df")
             if half_now is not None and df_now:
-                df_budget = 2 * settings["max_blocks"] - (3 if block.get("drift_fitted", True) else 2)
-                at_budget = half_at_budget(dim, half_now, df_now, df_budget, per_arm, settings["max_blocks"], conf)
+                df_budget = 2 * budget["max_blocks"] - (3 if block.get("drift_fitted", True) else 2)
+                at_budget = half_at_budget(dim, half_now, df_now, df_budget, per_arm, budget["max_blocks"], conf)
             dims[dim] = {
                 "level": sig(level, 4),
                 "spread_between_blocks": sig(spread, 3),
@@ -194,14 +195,14 @@ def calibrate(workloads, measure, settings, blocks, clock):
         entry["steps"] = steps_for_noise([b["samples_ms"] for b in got], startup, len(got[0]["samples_ms"]))
     return {
         "workloads": out,
-        "table": calibration_table(out, settings),
+        "table": calibration_table(out, budget),
         "confidence_per_look": sig(conf),
         "looks": looks,
-        "budget": {k: settings[k] for k in ("min_blocks", "max_blocks", "max_seconds")},
+        "budget": {k: budget[k] for k in ("min_blocks", "max_blocks", "max_seconds")},
     }
 
 
-def calibration_table(workloads, settings):
+def calibration_table(workloads, budget):
     """Lines for people: per workload and dimension, the noise and what the gate resolves."""
     head = "%-14s %-10s %12s %14s %-8s %12s %12s" % (
         "workload",
@@ -242,9 +243,9 @@ def calibration_table(workloads, settings):
                 entry["void_blocks"],
                 entry["seconds_per_block"],
                 entry.get("measured_seconds_per_block") or 0.0,
-                settings["min_blocks"],
-                settings["max_blocks"],
-                settings["max_seconds"],
+                budget["min_blocks"],
+                budget["max_blocks"],
+                budget["max_seconds"],
             )
         )
         steps = entry.get("steps")

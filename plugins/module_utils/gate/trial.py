@@ -23,7 +23,6 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.registry i
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import (
     DIMENSIONS,
     WORSE_RULES,
-    judged_by,
     look_confidence,
     planned_looks,
 )
@@ -127,8 +126,10 @@ def conditional_power(lean, at_budget, band, q_budget, per_arm, budget):
 _DIM_WORDS = {"throughput": "the throughput", "p50": "the median step", "tail": "the tail", "stalls": "the stalls"}
 
 
-def futility(res, policy, settings, per_arm):
+def futility(res, policy, gate, per_arm):
     """Why the rest of the budget cannot resolve what ``policy`` needs on one workload, or None.
+
+    ``gate``: the checked gate (``settings.check_settings``), its settings and its budget.
 
     At a look before the last: per dimension still unknown, the interval's half-width now is
     scaled to the budget (``max_blocks`` per arm: the square root of the blocks and the
@@ -140,10 +141,10 @@ def futility(res, policy, settings, per_arm):
     better; when none leans to a gain with that conditional power, it stops. A lean well
     inside the noise at the budget, as a bimodal workload's median, keeps nothing going.
     """
-    budget = settings["max_blocks"]
+    budget = gate.budget["max_blocks"]
     if res.get("resolved") or per_arm >= budget or res.get("blocks_before") is None:
         return None
-    conf = look_confidence(settings["confidence"], planned_looks(settings["min_blocks"], budget))
+    conf = look_confidence(gate.settings["confidence"], planned_looks(gate.budget["min_blocks"], budget))
     hopeless, leaning_worse, gains, leans = [], [], [], False
     for dim in DIMENSIONS:
         block = res.get(dim) or {}
@@ -197,7 +198,7 @@ def futility(res, policy, settings, per_arm):
         return None
     if leans and not gains and not leaning_worse:
         return "no improvement of the %s asked for that the budget could show (%s)" % (
-            _span("throughput", settings["min_gain"]),
+            _span("throughput", gate.settings["min_gain"]),
             "; ".join(hopeless) or "no dimension leans to a gain",
         )
     return None
@@ -285,7 +286,9 @@ def failure_decision(workload, policy, failed, confirmed, fails):
 class Trial:
     """Balanced, sequential measurement of one layer on one or more workloads.
 
-    ``set_layer(on)`` takes the layer off or puts it back through the settings engine;
+    ``gate``: a checked gate (``settings.check_settings``), its ``settings`` judging every look
+    and its ``budget`` bounding the blocks and seconds. ``set_layer(on)`` takes the layer off or
+    puts it back through the settings engine;
     ``measure(workload)`` runs one block and returns ``{"samples_ms": [...], "void": bool,
     "throughput": number or None, "reason": str}``, or ``{"failed": True, "failure": str,
     "error": str}`` when the workload did not run to the end (a crash, a non-zero exit, a
@@ -305,9 +308,7 @@ class Trial:
     ORDER = ("on", "off", "off", "on")
     MIRROR = ("off", "on", "on", "off")
 
-    def __init__(
-        self, workloads, set_layer, measure, policy, settings, clock, stop_early=True, worse_rule=None, rng=None
-    ):
+    def __init__(self, workloads, set_layer, measure, policy, gate, clock, stop_early=True, worse_rule=None, rng=None):
         if not workloads:
             raise ValueError("a trial needs at least one workload")
         self.stop_early = stop_early  # False: spend the budget although it cannot decide (benchmarks)
@@ -316,9 +317,9 @@ class Trial:
         self.set_layer = set_layer
         self.measure = measure
         self.policy = policy
-        self.s = settings
+        self.gate = gate  # a checked gate (settings.check_settings): its settings and its budget
         self.clock = clock
-        self.looks = planned_looks(settings["min_blocks"], settings["max_blocks"])
+        self.looks = planned_looks(gate.budget["min_blocks"], gate.budget["max_blocks"])
         self.data = None
         self.on = True
         # with ``rng`` (a live trial), each quad is A B B A or B A A B, drawn at random: a
@@ -349,7 +350,7 @@ class Trial:
                     {k: v for k, v in arms["off"].items() if v is not None},
                     {k: v for k, v in arms["on"].items() if v is not None},
                     policy=self.policy,
-                    **judged_by(self.s),
+                    **self.gate.settings,
                     final=final,
                     looks=self.looks,
                     worse_rule=self.worse_rule,
@@ -461,8 +462,9 @@ class Trial:
             quads += 1
             elapsed = self.clock() - start
             per_quad = elapsed / quads
-            last = per_arm["on"] + 2 > self.s["max_blocks"] or elapsed + per_quad > self.s["max_seconds"]
-            if per_arm["on"] < self.s["min_blocks"] and not last:
+            budget = self.gate.budget
+            last = per_arm["on"] + 2 > budget["max_blocks"] or elapsed + per_quad > budget["max_seconds"]
+            if per_arm["on"] < budget["min_blocks"] and not last:
                 continue
             for w in self.workloads:
                 for arm in ("on", "off"):
@@ -474,7 +476,7 @@ class Trial:
                 # calibrate, then tune: a workload the budget cannot resolve stops taking blocks
                 per = judged.get("workloads") or {self.workloads[0]: judged}
                 for w in list(active):
-                    why = futility(per.get(w) or {}, self.policy, self.s, per_arm["on"])
+                    why = futility(per.get(w) or {}, self.policy, self.gate, per_arm["on"])
                     if why:
                         futile[w] = why
                         active.remove(w)

@@ -92,7 +92,8 @@ BASE = {
     "workloads": ["allreduce"],
     "gpu_count": 2,
     "bench": {"python": "/opt/torch/.venv/bin/python3", "steps": 200, "command": ["ignored"]},
-    "gate": {"min_blocks": 4, "max_blocks": 4},
+    "gate": {},
+    "budget": {"min_blocks": 4, "max_blocks": 4},
     "run_id": "r1",
     "journal_dir": "/var/lib/stacktune",
 }
@@ -303,7 +304,10 @@ def test_a_signal_during_a_switch_lets_the_switch_finish_first(monkeypatch, tmp_
 @pytest.mark.parametrize(
     "args,message",
     [
-        ({"gate": {"max_blocks": 0}}, "max_blocks must be an integer"),
+        ({"budget": {"max_blocks": 0}}, r"stacktune_gate_budget\.max_blocks must be an integer"),
+        # a budget key among the settings is refused, naming where it goes (never merged)
+        ({"gate": {"max_blocks": 4}}, r"max_blocks: part of the budget.*give stacktune_gate_budget\.max_blocks"),
+        ({"gate": {"tail_tolrance": 0.1}}, r"unknown gate setting\(s\): stacktune_gate_tail_tolrance"),
         ({"gate": {"tail_tolerance": 2}}, "tail_tolerance must be in"),
         ({"policy": "sometimes"}, "policy must be one of"),
         ({"bench": {"colour": "red"}}, "bench: unknown option"),

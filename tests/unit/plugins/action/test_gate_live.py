@@ -23,6 +23,7 @@ import pytest
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.stacktune.gpu.plugins.action.gate_layer import ActionModule
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import check_settings
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import Trial, live_plan
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.bench import BenchFailure
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.measure import measure
@@ -108,7 +109,8 @@ def args_for(prog, layer_file, policy="no_regression"):
             "live": True,
             "timeout": 60,
         },
-        "gate": {"min_blocks": 4, "max_blocks": 8, "max_windows": 8, "window_s": 1, "max_seconds": 120},
+        "gate": {},
+        "budget": {"min_blocks": 4, "max_blocks": 8, "max_windows": 8, "window_s": 1, "max_seconds": 120},
         "changes": [LIVE_ROW],
         # no run_id: the runner would end at once, as no run holds this machine's lease
     }
@@ -197,18 +199,8 @@ def test_live_quads_are_balanced_in_a_random_order():
     def set_layer(on):
         state["on"] = on
 
-    settings = {
-        "tail_quantile": 0.99,
-        "tail_tolerance": 0.05,
-        "min_gain": 0.02,
-        "confidence": 0.95,
-        "stall_factor": 3.0,
-        "stall_tolerance": 0.005,
-        "min_blocks": 8,
-        "max_blocks": 8,
-        "max_seconds": 100,
-    }
-    Trial(["w"], set_layer, measure, "no_regression", settings, lambda: 0.0, rng=random.Random(7)).run()
+    gate = check_settings({}, {"min_blocks": 8, "max_blocks": 8, "max_seconds": 100})
+    Trial(["w"], set_layer, measure, "no_regression", gate, lambda: 0.0, rng=random.Random(7)).run()
     quads = [tuple(arms[i : i + 4]) for i in range(0, len(arms), 4)]
     assert len(quads) == 4
     assert set(quads) == {(True, False, False, True), (False, True, True, False)}

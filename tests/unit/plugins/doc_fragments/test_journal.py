@@ -51,6 +51,8 @@ def _modules():
 def _merged_options(doc):
     options = {}
     for fragment in doc.get("extends_documentation_fragment") or []:
+        if fragment.split(".")[:3] != ["stacktune", "gpu", "journal"]:
+            continue  # another fragment (the gate's settings): not the journal's
         options.update(yaml.safe_load(FRAGMENTS[fragment])["options"])
     for name, spec in (doc.get("options") or {}).items():
         options[name] = dict(options.get(name, {}), **spec)

@@ -8,6 +8,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import inspect
 import os
 import random
 import subprocess
@@ -19,7 +20,10 @@ from ansible.errors import AnsibleFilterError
 from jinja2 import Environment, StrictUndefined
 
 from ansible_collections.stacktune.gpu.plugins.filter import perf_gate as plugin
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import DEFAULTS
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.steps import judge
+
+from .test_filter_docs import documented_options, taken_options
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 PLUGIN_DIR = os.path.dirname(plugin.__file__)
@@ -95,6 +99,18 @@ def test_filter_accepts_bench_dicts():
         ((400, [1.0]), {}, "perf_gate: before must be a list"),
         (([1.0], [1.0]), {"policy": "faster"}, "perf_gate: policy must be one of"),
         (([1.0], [1.0]), {"tail_tolerance": 2}, "perf_gate: tail_tolerance must be in"),
+        (
+            ([1.0], [1.0]),
+            {"min_gian": 0.02},
+            r"perf_gate: unknown argument\(s\) min_gian \(the gate's settings: tail_q",
+        ),
+        (
+            ([1.0], [1.0]),
+            {"max_blocks": 4},
+            r"perf_gate: max_blocks: part of the budget.*stacktune_gate_budget\.max_blocks",
+        ),
+        (([1.0], [1.0], "improve", 0.99, 0.05, 0.02, 0.95, True, 1), {}, "perf_gate: at most 5 arguments after policy"),
+        (([1.0], [1.0], "improve", 0.99), {"tail_quantile": 0.9}, "perf_gate: tail_quantile given twice"),
     ],
 )
 def test_filter_errors_name_the_argument(args, kwargs, message):
@@ -121,14 +137,17 @@ def test_filter_precedence_in_jinja():
 def test_sidecar_documentation_matches_the_signature():
     with open(os.path.join(PLUGIN_DIR, "perf_gate.yml")) as handle:
         doc = yaml.safe_load(handle)
-    options = doc["DOCUMENTATION"]["options"]
+    options = documented_options(doc["DOCUMENTATION"])
     assert doc["DOCUMENTATION"]["name"] == "perf_gate"
-    code = plugin.perf_gate.__code__
-    params = code.co_varnames[: code.co_argcount]
-    assert set(options) == {"_input"} | set(params[1:])
-    defaults = dict(zip(params[-len(plugin.perf_gate.__defaults__) :], plugin.perf_gate.__defaults__))
+    assert set(options) == {"_input"} | taken_options(plugin.perf_gate, doc["DOCUMENTATION"])
+    params = inspect.signature(plugin.perf_gate).parameters
+    defaults = {n: p.default for n, p in params.items() if p.default is not p.empty}
+    defaults.update(DEFAULTS)  # the settings, taken by name: their defaults are the table's
     for name, default in defaults.items():
         assert options[name].get("default") == default, name
+    # the documented positional order is the one the filter takes
+    positional = doc["DOCUMENTATION"]["positional"].replace(" ", "").split(",")
+    assert positional == ["after", "policy"] + list(plugin.POSITIONAL)
     assert "perf_gate" in doc["EXAMPLES"]
     assert "decision" in doc["RETURN"]["_value"]["contains"]
 

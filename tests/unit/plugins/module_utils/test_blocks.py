@@ -19,10 +19,13 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.gate import calibrat
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import registry as _workloads
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.blocks import arm_effect, judge_blocks
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import (
+    BUDGET,
+    DEFAULTS,
     GateSettingError,
     check_settings,
     planned_looks,
 )
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import SETTINGS as SETTINGS_TABLE
 from ansible_collections.stacktune.gpu.plugins.module_utils.common.stats import t_ppf
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import (
     Trial,
@@ -202,6 +205,11 @@ def test_bad_block_input_names_the_argument(kwargs, message):
         ({}, {"max_seconds": True}, None, "stacktune_gate_budget.max_seconds"),
         ({}, {}, {"nccl": ["allreduc"]}, "stacktune_gate_workloads.nccl: unknown workload"),
         ({}, {}, {"nccl": "allreduce"}, "stacktune_gate_workloads.nccl must be a list"),
+        # a key of the budget among the settings names the budget's variable, whatever its value
+        ({"max_blocks": 1}, {}, None, r"give stacktune_gate_budget\.max_blocks$"),
+        ({"max_blocks": 8}, None, None, r"give stacktune_gate_budget\.max_blocks$"),
+        ({}, {"max_windows": 1}, None, r"stacktune_gate_budget\.max_windows must be an integer in 2\.\.1000"),
+        ({}, [4], None, "stacktune_gate_budget must be a dict"),
     ],
 )
 def test_bad_settings_name_the_variable(settings, budget, workloads, message):
@@ -210,10 +218,13 @@ def test_bad_settings_name_the_variable(settings, budget, workloads, message):
 
 
 def test_settings_fill_defaults_and_accept_template_strings():
-    s = check_settings({"tail_tolerance": "0.1"}, {"max_blocks": "12"})
-    assert s["tail_tolerance"] == 0.1
-    assert s["max_blocks"] == 12
-    assert s["min_blocks"] == 4
+    gate = check_settings({"tail_tolerance": "0.1"}, {"max_blocks": "12"})
+    assert gate.settings["tail_tolerance"] == 0.1
+    assert gate.budget["max_blocks"] == 12
+    assert gate.budget["min_blocks"] == 4
+    # the settings and the budget stay apart: each holds its own table's keys, no more
+    assert set(gate.settings) == set(SETTINGS_TABLE) and set(gate.budget) == set(BUDGET)
+    assert check_settings({}) == (DEFAULTS, {k: row.default for k, row in BUDGET.items()})
     assert planned_looks(4, 8) == 3
     assert planned_looks(4, 4) == 1
 

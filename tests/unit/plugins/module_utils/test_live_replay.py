@@ -15,7 +15,7 @@ import random
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import check_settings, live_settings
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import check_settings, live_gate
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import Trial
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "live")
@@ -32,7 +32,7 @@ def windows(doc, arm=None):
 
 
 def settings(**budget):
-    return live_settings(check_settings({}, dict({"max_windows": 20}, **budget)))
+    return live_gate(check_settings({}, dict({"max_windows": 20}, **budget)))
 
 
 def replay(pool_on, pool_off, policy, seed, scale_on=1.0, **budget):
