@@ -113,5 +113,5 @@ def test_the_core_facing_tests_are_chosen_by_what_they_import():
     assert conftest.core_facing(os.path.join(unit, "plugins", "callback", "test_stacktune_callback.py"))
     assert conftest.core_facing(os.path.join(unit, "plugins", "action", "test_gate_layer.py"))
     assert conftest.core_facing(os.path.join(unit, "test_release.py"))
-    assert not conftest.core_facing(os.path.join(unit, "plugins", "module_utils", "test_gate.py"))
+    assert not conftest.core_facing(os.path.join(unit, "plugins", "module_utils", "gate", "test_gate.py"))
     assert not conftest.core_facing(os.path.join(unit, "test_portable_templates.py"))

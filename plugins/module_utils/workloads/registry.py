@@ -10,7 +10,7 @@ assembled workload program (``source.py``), after the parts whose tables it read
 
 A new workload: its function and its row in the part it belongs to (a new part: add it to
 ``PARTS`` in ``source.py`` and its table to :data:`TABLES`); then the lists that are text, not
-Python, which ``tests/unit/plugins/module_utils/test_workload_registry.py`` ties to this
+Python, which ``tests/unit/plugins/module_utils/workloads/test_workload_registry.py`` ties to this
 registry: the bench module's ``workload`` choices, description and ``size`` defaults
 (plugins/modules/bench.py DOCUMENTATION), the stacktune role's argument spec
 (``stacktune_bench_workload`` choices, ``stacktune_bench_steps_by_workload`` options), the

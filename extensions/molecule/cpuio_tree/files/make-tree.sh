@@ -3,7 +3,7 @@
 # intel_pstate server (active mode, HWP) with four CPUs, cpuidle states POLL/C1/C1E/C6,
 # an ACPI platform profile, / on an NVMe partition, /data on a SATA partition and /scratch
 # on a whole virtio disk, the writeback sysctls and a GRUB configuration. Attribute names
-# and formats are the kernel's (the shapes of tests/unit/plugins/module_utils/test_cpu_io.py);
+# and formats are the kernel's (the shapes of tests/unit/plugins/module_utils/hardware/test_cpu_io.py);
 # the values are chosen for the test. Plain files: nothing here acts like a kernel.
 set -eu
 root=$1

@@ -6,7 +6,7 @@
 
 The module only reads, so it runs against the live host: on a machine without an NVIDIA
 GPU (CI) it must still succeed with gpus: [] and a reason. The recorded fixtures cover
-the GPU paths (tests/unit/plugins/module_utils/test_topology.py).
+the GPU paths (tests/unit/plugins/module_utils/hardware/test_topology.py).
 """
 
 from __future__ import absolute_import, division, print_function

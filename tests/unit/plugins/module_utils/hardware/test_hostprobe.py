@@ -24,7 +24,7 @@ import pytest
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import hostprobe as probe
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import topology as topo
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "topology")
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "topology")
 
 
 def load(name):

@@ -17,7 +17,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.policy.varspec impor
     rule_for,
 )
 
-ROLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles")
+ROLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "..", "roles")
 
 LINE_ESCAPES = ["a%sb" % c for c in LINE_BREAKS] + [
     "a\x00b",

@@ -433,7 +433,7 @@ def test_steps_for_noise_on_recorded_h200_blocks(workload, shorter):
     """Real blocks (tests/unit/fixtures/blocks, recorded on two H200): DataLoader, pageable
     copies and training steps differ block to block more than step to step; GEMM blocks
     hardly differ."""
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "blocks", "h200x2_%s.json" % workload)
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "blocks", "h200x2_%s.json" % workload)
     with open(path) as handle:
         rec = json.load(handle)
     blocks = [b["samples_ms"] for b in rec["arms"]["base"]["blocks"]]

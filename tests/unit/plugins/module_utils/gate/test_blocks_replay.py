@@ -27,7 +27,7 @@ import pytest
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import check_settings
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import Trial
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "blocks")
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "blocks")
 DRAWS = 200
 # workloads some layer is measured on (roles/stacktune/defaults: stacktune_gate_workloads)
 GATED = ("gemm", "h2d_pinned", "allreduce", "dataloader", "train_step")
@@ -183,7 +183,7 @@ def test_a_change_within_the_noise_carries_its_noise_band_in_the_summary():
 # ResNet-18 training program with a 4-worker DataLoader, gated with 2+2 blocks of 70 steps.
 # With the memory layer (/dev/shm shrunk to 128M) its first block failed with PyTorch's shm
 # error; the block without the layer ran. The kernel and nccl layers were measured on it.
-TRAIN = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "h200-train-step-blocks.json")
+TRAIN = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "h200-train-step-blocks.json")
 
 
 def train_blocks():

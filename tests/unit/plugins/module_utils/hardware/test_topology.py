@@ -26,7 +26,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import pars
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import topology as topo
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import topology_table as topo_topology_table
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "topology")
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "topology")
 
 
 def load(name):

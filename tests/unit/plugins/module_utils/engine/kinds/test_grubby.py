@@ -24,7 +24,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal impor
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context, SpecError
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.grubby import grubby_edit
 
-FILES = os.path.join(os.path.dirname(__file__), "../../../../extensions/molecule/grubby_tree/files")
+FILES = os.path.join(os.path.dirname(__file__), "../../../../../../extensions/molecule/grubby_tree/files")
 MID = "3f1b2c4d5e6f47808192a3b4c5d6e7f8"
 NEW = "/boot/loader/entries/%s-5.14.0-427.13.1.el9_4.x86_64.conf" % MID
 OLD = "/boot/loader/entries/%s-5.14.0-362.24.1.el9_3.x86_64.conf" % MID

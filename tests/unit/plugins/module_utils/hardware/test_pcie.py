@@ -36,7 +36,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import pcie
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import topology as topo
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import topology_table as topo_topology_table
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures")
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures")
 
 
 def load(*parts):

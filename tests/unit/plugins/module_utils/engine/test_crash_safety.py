@@ -20,7 +20,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine.engine import
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import open_journal
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context
 
-COLLECTIONS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "collections")
+COLLECTIONS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "..", "collections")
 
 # every kind that has a live part or a unit here: sysctl, sysfs, irq, boot arg, file, env_var
 SETTINGS = {

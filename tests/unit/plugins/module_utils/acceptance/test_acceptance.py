@@ -398,7 +398,7 @@ def test_perturbed_report_copy_is_rejected_only_for_that_round():
 
 # Reports the program returned on the H200 test host (torch 2.11.0+cu130, driver 580.159.04,
 # 1 GPU), stored as returned (burn-in per-iteration times cut to 20 samples).
-RECORDED = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "acceptance")
+RECORDED = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "acceptance")
 
 
 def recorded(name):
@@ -541,7 +541,7 @@ def test_memory_table_is_validated():
 def test_role_defaults_and_argument_specs_match_the_module_defaults():
     import yaml
 
-    root = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles", "acceptance")
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "..", "roles", "acceptance")
     with open(os.path.join(root, "defaults", "main.yml")) as fh:
         defaults = yaml.safe_load(fh)
     with open(os.path.join(root, "meta", "argument_specs.yml")) as fh:
@@ -914,7 +914,9 @@ def test_program_numa_and_bus_helpers(tmp_path):
 )
 def test_recorded_h200_depth_runs_and_injected_faults(name, verdict, checks):
     """Reports recorded on the one-H200 host on 2026-12-01 (tests/gpu/acceptance-depth.sh, as root)."""
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "acceptance", "h200_depth_%s.json" % name)
+    path = os.path.join(
+        os.path.dirname(__file__), "..", "..", "..", "fixtures", "acceptance", "h200_depth_%s.json" % name
+    )
     with open(path) as handle:
         rep = json.load(handle)
     d = acc_levels.evaluate(rep)

@@ -19,7 +19,7 @@ import yaml
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import base, program, registry, source
 
-REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", ".."))
+REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", ".."))
 BENCH = os.path.join("plugins", "modules", "bench.py")
 SPEC = os.path.join("roles", "stacktune", "meta", "argument_specs.yml")
 VARS = os.path.join("roles", "stacktune", "vars", "main.yml")

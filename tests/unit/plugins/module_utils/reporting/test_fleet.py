@@ -20,7 +20,7 @@ import pytest
 from ansible_collections.stacktune.gpu.plugins.module_utils.reporting import fleet
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.topology import assemble
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "topology")
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "topology")
 
 
 def facts_of(name):

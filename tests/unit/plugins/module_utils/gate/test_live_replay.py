@@ -18,7 +18,7 @@ import pytest
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import check_settings, live_gate
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import Trial
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "live")
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "live")
 AA = ("h200x1_live_train_step_aa.json", "h200x1_live_dataloader_aa.json", "h200x1_live_user_resnet18_aa.json")
 
 

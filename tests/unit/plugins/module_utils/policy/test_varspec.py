@@ -7,7 +7,7 @@ import yaml
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.policy.varspec import MISSING, RULES, RUN_NAMES, check
 
-ROLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles")
+ROLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "..", "roles")
 
 SPEC = {
     "nics": {"type": "list", "elements": "str", "default": []},

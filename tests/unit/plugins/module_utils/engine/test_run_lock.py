@@ -17,7 +17,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import (
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.trust import UntrustedJournal
 
-COLLECTIONS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "collections")
+COLLECTIONS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "..", "collections")
 
 HOLDER = """
 import sys, time

@@ -11,7 +11,7 @@ import re
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.findings import finding
 
-PLUGINS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "plugins")
+PLUGINS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "..", "plugins")
 
 
 def test_shape():

@@ -22,7 +22,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.preflight i
     validate_policy,
 )
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "topology")
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "topology")
 
 
 def fixture_facts(name):
