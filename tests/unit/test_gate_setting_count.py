@@ -1,9 +1,11 @@
-"""Adding a gate setting touches four files, and nothing else is needed: proven on a copy.
+"""Adding a gate setting touches four files by hand, and nothing else is needed but the doc
+fragment written again by tools/gate_doc_fragment.py: proven on a copy.
 
 In a copy of the collection (tmp_path/ansible_collections/stacktune/gpu) a dummy setting is
 added the way docs/architecture.md says, touching only NEW_SETTING_FILES: its row in the
 table (gate/settings.py), its use where the gate judges (gate/blocks.py), and the role's
-variable (defaults/main.yml, meta/argument_specs.yml). A fresh Python importing that copy then
+variable (defaults/main.yml, meta/argument_specs.yml); then `tools/gate_doc_fragment.py --write`
+writes the doc fragment from the table (GENERATED). A fresh Python importing that copy then
 finds it everywhere the table reaches: the perf_gate filter takes it by name, check_settings
 validates it, the doc fragment and the role's spec agree with the table, the role's lookup
 hands it on, and ansible-doc shows it for the filter and for gate_layer's gate option.
@@ -24,7 +26,10 @@ NEW_SETTING_FILES = [
     "roles/stacktune/defaults/main.yml",
     "roles/stacktune/meta/argument_specs.yml",
 ]
+# written by a command from the table, not by hand
+GENERATED = ["plugins/doc_fragments/gate_settings.py"]
 COPIED = [
+    "tools/gate_doc_fragment.py",
     "galaxy.yml",
     "meta",
     "plugins",
@@ -149,6 +154,15 @@ def test_a_new_gate_setting_touches_four_files(tmp_path):
     copy = _copy(str(tmp_path))
     _add_the_dummy(copy)
     assert _changed(copy) == sorted(NEW_SETTING_FILES)
+    stale = subprocess.run(
+        [sys.executable, os.path.join(copy, "tools", "gate_doc_fragment.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert stale.returncode == 1, stale.stdout + stale.stderr
+    subprocess.run([sys.executable, os.path.join(copy, "tools", "gate_doc_fragment.py"), "--write"], check=True)
+    assert _changed(copy) == sorted(NEW_SETTING_FILES + GENERATED)
     env = dict(os.environ, PYTHONPATH=str(tmp_path), PYTHONDONTWRITEBYTECODE="1")
     proc = subprocess.run(
         [sys.executable, "-c", CHECK, str(tmp_path)],

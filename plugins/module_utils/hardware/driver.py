@@ -79,7 +79,7 @@ HOLD_MANAGERS = ("apt", "dnf", "dnf5")
 
 def held_packages(lines):
     """The packages dpkg-query's ``<name> <want>`` lines list as held."""
-    return [str(line).split(" ")[0] for line in lines or [] if HELD.match(str(line))]
+    return [str(line).split(" ", 1)[0] for line in lines or [] if HELD.match(str(line))]
 
 
 def _changed_items(registered):

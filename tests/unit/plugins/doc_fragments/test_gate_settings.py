@@ -1,9 +1,10 @@
 # Copyright: stacktune contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""One documentation of the gate's settings: the doc fragment stacktune.gpu.gate_settings is made
-from the tables (module_utils/gate/settings.py SETTINGS and BUDGET) and documents exactly them,
-and the gate_layer module and the gate's filters take their options from it, never by hand."""
+"""One documentation of the gate's settings: the doc fragment stacktune.gpu.gate_settings is
+written by tools/gate_doc_fragment.py from the tables (module_utils/gate/settings.py SETTINGS and
+BUDGET) and documents exactly them, and the gate_layer module and the gate's filters take their
+options from it, never by hand."""
 
 import ast
 import os
@@ -50,6 +51,21 @@ def fragment_mismatches(fragment=ModuleDocFragment):
 
 def test_the_fragment_documents_the_tables():
     assert fragment_mismatches() == []
+
+
+def test_the_fragment_is_the_one_its_tables_write():
+    """The committed text is tools/gate_doc_fragment.py's (plain strings, as ansible-test,
+    ansible-doc and Galaxy read documentation); after a table change, run it with --write."""
+    import subprocess
+    import sys
+
+    check = subprocess.run(
+        [sys.executable, os.path.join(REPO, "tools", "gate_doc_fragment.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
 
 
 def test_a_difference_is_named():

@@ -504,7 +504,8 @@ SKIPPED = {"changed": False, "skipped": True, "skip_reason": "Conditional result
 PACKAGES = ["libnvidia-compute-580-server", "nvidia-dkms-580-server", "nvidia-driver-580-server"]
 
 
-def loop_result(changed_items, items=PACKAGES):
+def loop_result(changed_items, items=None):
+    items = PACKAGES if items is None else items
     return {
         "changed": bool(changed_items),
         "results": [{"item": i, "changed": i in changed_items, "ansible_loop_var": "item"} for i in items]
