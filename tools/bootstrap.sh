@@ -48,7 +48,9 @@ if [ "$what" = "cores" ]; then
     done
     return 1
   }
-  grep -E '^ansible[<>=!~ ]' requirements-cores.txt | while IFS= read -r line; do
+  # one venv per line, made side by side (mostly downloads and unpacking); each says how it ended
+  pids=()
+  while IFS= read -r line; do
     bundle="${line%%;*}"
     bundle="${bundle%% }"
     major="$(echo "$bundle" | grep -oE '>=[0-9]+' | head -n1 | tr -dc '0-9')"
@@ -60,14 +62,23 @@ if [ "$what" = "cores" ]; then
       echo "stacktune: $bundle needs Python $want or later for its controller; none found (python3 is $("$python" -V 2>&1)). Install one (or set PYTHON) and run again" >&2
       exit 1
     fi
-    rm -rf "$dest"
-    "$interpreter" -m venv "$dest"
-    # --no-compile: the bundles are large and the tests import a small part of them
-    "$dest/bin/python" -m pip install -q --no-compile "$bundle" \
-      -r <(grep -vE '^ansible[<>=!~ ]' requirements.txt) -r requirements-unit.txt
-    touch "$stamp_file"
-    echo "stacktune: $dest: $("$dest/bin/ansible" --version | sed -n 1p) on $("$dest/bin/python" -V)"
+    (
+      set -e
+      rm -rf "$dest"
+      "$interpreter" -m venv "$dest"
+      # --no-compile: the bundles are large and the tests import a small part of them
+      "$dest/bin/python" -m pip install -q --no-compile "$bundle" \
+        -r <(grep -vE '^ansible[<>=!~ ]' requirements.txt) -r requirements-unit.txt
+      touch "$stamp_file"
+      echo "stacktune: $dest: $("$dest/bin/ansible" --version | sed -n 1p) on $("$dest/bin/python" -V)"
+    ) &
+    pids+=("$!:$dest")
+  done < <(grep -E '^ansible[<>=!~ ]' requirements-cores.txt)
+  failed=0
+  for entry in "${pids[@]}"; do
+    wait "${entry%%:*}" || { echo "stacktune: making ${entry#*:} failed" >&2; failed=1; }
   done
+  [ "$failed" = 0 ] || exit 1
   exit 0
 fi
 
