@@ -96,9 +96,9 @@ def fragment_text(settings):
     text = HEADER
     for number, (name, used_as, options) in enumerate(parts):
         body = yaml.safe_dump({"options": options}, sort_keys=False, width=100, default_flow_style=False)
-        assert "'''" not in body
+        assert '"""' not in body
         text += "%s    # extends_documentation_fragment: %s\n" % ("\n" if number else "", used_as)
-        text += "    %s = r'''\n%s'''\n" % (name, body)
+        text += '    %s = r"""\n%s"""\n' % (name, body)
     return text
 
 

@@ -21,7 +21,7 @@ __metaclass__ = type
 
 class ModuleDocFragment(object):
     # extends_documentation_fragment: stacktune.gpu.gate_settings
-    DOCUMENTATION = r'''
+    DOCUMENTATION = r"""
 options:
   tail_quantile:
     description:
@@ -57,10 +57,10 @@ options:
       [0, 1).
     type: float
     default: 0.005
-'''
+"""
 
     # extends_documentation_fragment: stacktune.gpu.gate_settings.gate
-    GATE = r'''
+    GATE = r"""
 options:
   gate:
     description:
@@ -105,10 +105,10 @@ options:
           In [0, 1).
         type: float
         default: 0.005
-'''
+"""
 
     # extends_documentation_fragment: stacktune.gpu.gate_settings.budget
-    BUDGET = r'''
+    BUDGET = r"""
 options:
   budget:
     description:
@@ -141,4 +141,4 @@ options:
         - Windows per arm at most in a live trial. In 2..1000.
         type: int
         default: 20
-'''
+"""
