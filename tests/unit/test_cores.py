@@ -115,3 +115,29 @@ def test_the_core_facing_tests_are_chosen_by_what_they_import():
     assert conftest.core_facing(os.path.join(unit, "test_release.py"))
     assert not conftest.core_facing(os.path.join(unit, "plugins", "module_utils", "gate", "test_gate.py"))
     assert not conftest.core_facing(os.path.join(unit, "test_portable_templates.py"))
+
+
+def test_the_cores_driver_compares_report_shapes_but_not_what_was_measured():
+    """tests/integration/cores.py: a report key the gate writes only for some measurements
+    (worse_by) is no core difference; '' where another core writes null, or "400" where another
+    writes 400, is, in the gate's details too; outside them every key and type must agree."""
+    import importlib.util
+    import sys
+
+    here = os.path.join(REPO, "tests", "integration")
+    sys.path.insert(0, here)
+    try:
+        spec = importlib.util.spec_from_file_location("stacktune_cores_driver", os.path.join(here, "cores.py"))
+        driver = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(driver)
+    finally:
+        sys.path.remove(here)
+    one = driver.shape({"layers": [{"name": "k", "gate": {"throughput": {"worse_by": "2%"}, "ci": 0.1, "n": 4}}]})
+    other = driver.shape({"layers": [{"name": "k", "gate": {"throughput": {}, "ci": None, "n": 4}}]})
+    assert driver.shape_differences(one, other) == []
+    bad = driver.shape({"layers": [{"name": "k", "gate": {"throughput": {}, "ci": "", "n": "4"}}], "extra": None})
+    assert driver.shape_differences(one, bad) == [
+        ".extra: absent vs null",
+        ".layers[].gate.ci: number vs empty string",
+        ".layers[].gate.n: number vs string",
+    ]
