@@ -291,7 +291,7 @@ def main(argv=None):
     rec = Recorder(argv_, nvml, args.sample_hz, args.energy_hz)
     rec.sampling = False  # from the end of the warm-up (profile) or as an arm turns it on
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    windows, switches = [], []
+    spans, switches = [], []
     rng = random.Random(args.seed)
     try:
         deadline = time.monotonic() + 120
@@ -306,7 +306,7 @@ def main(argv=None):
                 rec.sampling = True
             t0 = rec.now()
             time.sleep(args.seconds)
-            windows.append(window(rec, "all", t0, rec.now()))
+            spans.append(("all", t0, rec.now()))
         else:
             for rnd in range(args.rounds):
                 order = list(arms)
@@ -324,13 +324,15 @@ def main(argv=None):
                     time.sleep(args.settle_s)
                     t0 = rec.now()
                     time.sleep(args.window_s)
-                    windows.append(window(rec, name, t0, rec.now()))
+                    spans.append((name, t0, rec.now()))
                     if rec.proc.poll() is not None:
                         raise SystemExit("the program ended: %s" % "".join(rec.err[-10:]))
     finally:
         if args.final:
             subprocess.run(args.final, shell=True, check=False, stdout=subprocess.DEVNULL)  # noqa: S602
         rec.stop()
+    # windows are cut once the recording ends, when the energy readings cover their last step
+    windows = [window(rec, arm, t0, t1) for arm, t0, t1 in spans]
     table = summary(windows)
     doc = {
         "what": "timeline of one running program (benchmarks/gpu_timeline.py)",
