@@ -242,10 +242,12 @@ def main():
                 bool(result["recovered"]) or bool(previous and previous["run_id"] != p["run_id"])
             )
             result["holder"] = lock.holder()
+            result["notes"].extend(lock.notes)
             break
         except HostLocked as exc:
             if isinstance(exc, LeaseLost) or time.time() >= deadline:
                 result["holder"] = exc.holder
+                result["notes"].extend(lock.notes)
                 module.fail_json(
                     msg="Failed to %s the run lock: %s" % (verb, exc), lease_lost=isinstance(exc, LeaseLost), **result
                 )

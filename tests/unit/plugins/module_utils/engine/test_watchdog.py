@@ -40,7 +40,7 @@ def swappiness(root):
 def expire(root, run_id="run-a"):
     lock = RunLock(str(root))
     holder = lock.holder()
-    raw = dict(holder, expires_ts=time.time() - 1)
+    raw = dict(holder, expires_ts=time.time() - 1, expires_boot=lock.clock.boot() - 1)
     raw.pop("expired", None)
     # the clock is not ours to move: the lease is written as expired
     lock._write(raw, lock.past())  # pylint: disable=protected-access
