@@ -385,7 +385,9 @@ class RunLock(object):
         if (other or holder is None) and not forced and not check_mode and not self._wait_unheld():
             # exclusion does not rest on a time: a run whose watchdog still runs holds the host
             if holder is not None:
-                raise self._refusal(holder, "; its lease looks run out, but its watchdog still holds %s" % self.hold_path)
+                raise self._refusal(
+                    holder, "; its lease looks run out, but its watchdog still holds %s" % self.hold_path
+                )
             raise HostLocked(
                 "a stacktune process holds the host (%s) though its lease record %s names no run; wait for it "
                 "to end, or, if no stacktune run is running, %s" % (self.hold_path, self.path, LOCK_BREAK_HINT)

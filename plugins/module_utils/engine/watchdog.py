@@ -81,7 +81,9 @@ def _ends_lease(holder, run_id):
     return holder["expired"] or gone, gone
 
 
-def watch(run_id, journal_dir, root="/", poll_s=POLL_S, run_command=None, sleep=time.sleep, clock=time.monotonic, lock=None):
+def watch(
+    run_id, journal_dir, root="/", poll_s=POLL_S, run_command=None, sleep=time.sleep, clock=time.monotonic, lock=None
+):
     """Watch run_id's lease until the run ends (returns ``{"ended": how}``) or its lease expires
     (returns ``{"put_back": [layers]}`` once they are back to their snapshots). The run's
     ``run.hold`` flock is held all along."""

@@ -168,9 +168,12 @@ def test_torn_lock_file_is_refused_naming_it_never_a_free_host(tmp_path):
     for call in (lock.holder, lambda: lock.check("run-b"), lambda: lock.take("run-b", None, 600)):
         with pytest.raises(UnreadableLock, match="run lock %s cannot be read.*stacktune_lock_break" % lock.path):
             call()
-    assert open(lock.path).read() == '{"run_id": "x", "exp'  # refused: left as found
+    with open(lock.path) as handle:
+        assert handle.read() == '{"run_id": "x", "exp'  # refused: left as found
+    with open(lock.path, "w") as handle:
+        handle.write("[1, 2]")
     with pytest.raises(UnreadableLock, match="holds no lease record"):
-        lock.path and open(lock.path, "w").write("[1, 2]") and lock.holder()
+        lock.holder()
     lock.take("run-b", None, 600, force=True)  # breaking the lock replaces it
     assert lock.holder()["run_id"] == "run-b"
 
@@ -240,7 +243,9 @@ def test_a_held_run_hold_refuses_a_second_run_whatever_the_record_says(tmp_path)
     lock = RunLock(str(tmp_path))
     lock.take("run-a", None, 1)
     env = dict(os.environ, PYTHONPATH=os.path.abspath(COLLECTIONS))
-    child = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path), "60"], env=env, stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path), "60"], env=env, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert child.stdout.readline().strip() == "held"
         raw, past = lock._read()  # pylint: disable=protected-access
