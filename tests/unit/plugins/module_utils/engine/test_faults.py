@@ -1,0 +1,121 @@
+"""Faults every fleet meets, met by the settings engine with the real fault where one can be made
+here: a read-only configuration directory (a read-only bind mount, EROFS), a journal whose disk
+fills between two writes (an injected ENOSPC: the write-ahead and the final record are too close
+together for a real full disk), a drift correction of a layer the gate never judged.
+
+Each case proves the host is left as found or as journaled, with words that match.
+"""
+
+import errno
+import os
+import subprocess
+
+import pytest
+
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.engine import Engine
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import Journal, open_journal
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context, SpecError
+
+JOURNAL = "/var/lib/stacktune"
+KERNEL = [
+    {"kind": "sysctl", "key": "vm.swappiness", "value": "10"},
+    {"kind": "sysctl", "key": "kernel.numa_balancing", "value": "0"},
+]
+
+
+def engine(root, layer="kernel"):
+    return Engine(Context(layer, root=str(root)), open_journal(JOURNAL, str(root)))
+
+
+def live(root, name):
+    with open(os.path.join(str(root), "proc/sys", name)) as handle:
+        return handle.read().strip()
+
+
+@pytest.fixture
+def read_only(tmp_path):
+    """Make a directory read-only with a read-only bind mount (root only); undone afterwards."""
+    mounted = []
+
+    def make(path):
+        os.makedirs(str(path), exist_ok=True)
+        if subprocess.run(["mount", "--bind", str(path), str(path)], check=False).returncode:
+            pytest.skip("a bind mount needs root")
+        mounted.append(str(path))
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], check=True)
+
+    yield make
+    for path in reversed(mounted):
+        subprocess.run(["umount", "-l", path], check=False)
+
+
+def test_a_failed_persist_puts_the_live_values_back_and_says_so(fakeroot, read_only, hash_tree):
+    before = hash_tree(fakeroot)
+    read_only(fakeroot / "etc/sysctl.d")
+    with pytest.raises(SpecError) as caught:
+        engine(fakeroot).apply(KERNEL, "run-a")
+    msg = str(caught.value)
+    assert "persisting the layer's settings failed" in msg and "Read-only file system" in msg
+    assert "every change of this apply was put back" in msg and "the journal says restored" in msg
+    assert live(fakeroot, "vm/swappiness") == "60" and live(fakeroot, "kernel/numa_balancing") == "1"
+    assert hash_tree(fakeroot) == before
+    entry = open_journal(JOURNAL, str(fakeroot)).load("kernel")
+    assert entry["state"] == "restored" and entry["settings"] == [] and entry["snapshot"] is None
+    assert entry["history"][-1]["action"] == "apply_failed"
+
+
+def test_a_failed_persist_over_a_kept_layer_goes_back_to_the_kept_settings(fakeroot, read_only, hash_tree):
+    eng = engine(fakeroot)
+    eng.apply(KERNEL[:1], "run-a")
+    eng.keep("run-a")
+    kept = hash_tree(fakeroot)
+    read_only(fakeroot / "etc/sysctl.d")
+    with pytest.raises(SpecError, match="every change of this apply was put back.*the journal says kept"):
+        engine(fakeroot).apply(KERNEL, "run-b")
+    assert hash_tree(fakeroot) == kept
+    entry = open_journal(JOURNAL, str(fakeroot)).load("kernel")
+    assert entry["state"] == "kept" and [s["key"] for s in entry["settings"]] == ["vm.swappiness"]
+
+
+def test_a_full_disk_at_the_final_record_puts_the_host_back_and_names_the_full_disk(fakeroot, monkeypatch, hash_tree):
+    before = hash_tree(fakeroot)
+    saves = []
+    real_save = Journal.save
+
+    def save(self, entry):
+        saves.append(entry["state"])
+        if len(saves) == 2:  # the write-ahead went through; the final record meets a full disk
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_save(self, entry)
+
+    monkeypatch.setattr(Journal, "save", save)
+    with pytest.raises(SpecError) as caught:
+        engine(fakeroot).apply(KERNEL, "run-a")
+    msg = str(caught.value)
+    assert "writing the journal's final record failed" in msg and "No space left on device" in msg
+    assert "every change of this apply was put back" in msg
+    assert hash_tree(fakeroot) == before and live(fakeroot, "vm/swappiness") == "60"
+    assert open_journal(JOURNAL, str(fakeroot)).load("kernel")["state"] == "restored"
+
+
+def test_a_journal_that_cannot_be_written_after_the_put_back_says_so(fakeroot, monkeypatch, read_only, hash_tree):
+    before = hash_tree(fakeroot)
+    saves = []
+    real_save = Journal.save
+
+    def save(self, entry):
+        saves.append(entry["state"])
+        if len(saves) > 1:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_save(self, entry)
+
+    monkeypatch.setattr(Journal, "save", save)
+    read_only(fakeroot / "etc/sysctl.d")
+    with pytest.raises(SpecError, match="put back.*journal could not be written .*No space left.*still says applying"):
+        engine(fakeroot).apply(KERNEL, "run-a")
+    assert hash_tree(fakeroot) == before
+    monkeypatch.undo()
+    # the next run finds the layer applying and puts it back again: nothing left to do
+    assert open_journal(JOURNAL, str(fakeroot)).load("kernel")["state"] == "applying"
+    engine(fakeroot).recover("run-b", states=("applying",))
+    assert hash_tree(fakeroot) == before
