@@ -119,3 +119,34 @@ def test_a_journal_that_cannot_be_written_after_the_put_back_says_so(fakeroot, m
     assert open_journal(JOURNAL, str(fakeroot)).load("kernel")["state"] == "applying"
     engine(fakeroot).recover("run-b", states=("applying",))
     assert hash_tree(fakeroot) == before
+
+
+def test_check_mode_predicts_a_retry_of_rejected_settings_as_the_run_does_it(fakeroot, hash_tree):
+    eng = engine(fakeroot)
+    eng.apply(KERNEL, "run-a")
+    eng.restore("snapshot", "run-a", {"decision": "rollback"})
+    pristine = hash_tree(fakeroot)
+
+    def retried(check_mode):
+        journal = open_journal(JOURNAL, str(fakeroot))
+        return Engine(Context("kernel", root=str(fakeroot)), journal, check_mode=check_mode, retry_rejected=True)
+
+    plan = retried(True).apply(KERNEL, "run-b")
+    assert hash_tree(fakeroot) == pristine
+    real = retried(False).apply(KERNEL, "run-b")
+    assert plan["changed"] is real["changed"] is True
+    assert [(r["id"], r["status"]) for r in plan["settings"]] == [(r["id"], r["status"]) for r in real["settings"]]
+    assert not any("not re-applied" in n for n in plan["notes"])
+
+
+def test_the_plan_task_passes_what_the_apply_task_passes():
+    """roles/layer: the plan (check mode) is the apply's module call, retry_rejected included."""
+    import yaml
+
+    tasks = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "..", "roles", "layer", "tasks")
+    with open(os.path.join(tasks, "plan.yml")) as handle:
+        plan = yaml.safe_load(handle)[0]
+    with open(os.path.join(tasks, "apply.yml")) as handle:
+        apply = yaml.safe_load(handle)[0]
+    assert plan["check_mode"] is True
+    assert plan["stacktune.gpu.host_settings"] == apply["stacktune.gpu.host_settings"]
