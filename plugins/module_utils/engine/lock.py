@@ -87,6 +87,10 @@ class LeaseLost(HostLocked):
     """This run's lease was released, broken or taken over: it must not touch the host again."""
 
 
+class LeaseRenewalFailed(Exception):
+    """A measured block could not renew its run's lease (a full disk): it stops, saying why."""
+
+
 class UnreadableLock(HostLocked):
     """The lease record cannot be read: the host may be held, so it is refused, naming the file."""
 
@@ -487,7 +491,8 @@ def lease_ticker(run_id, root="/", renew_every=20.0, flock_timeout=10):
     no lock) that run_id still holds the host, and renews its lease every ``renew_every`` s.
 
     It raises HostLocked (LeaseLost) as soon as the run no longer holds the host, so a block
-    whose run was stopped or taken over ends within one tick. When another module call holds
+    whose run was stopped or taken over ends within one tick, and LeaseRenewalFailed when the
+    lease cannot be written (a full disk), naming the error. When another module call holds
     the host's flock, a renewal waits for the next tick.
     """
     lock = RunLock(root)
@@ -506,5 +511,7 @@ def lease_ticker(run_id, root="/", renew_every=20.0, flock_timeout=10):
             raise
         except LockTimeout:
             pass
+        except (IOError, OSError) as exc:
+            raise LeaseRenewalFailed("could not renew run %s's lease in %s: %s" % (run_id, lock.path, exc)) from None
 
     return tick

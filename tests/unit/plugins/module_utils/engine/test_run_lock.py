@@ -332,3 +332,20 @@ def test_a_lock_file_others_can_write_is_refused(tmp_path):
     os.chmod(lock.path, 0o666)
     with pytest.raises(UntrustedJournal, match="writable by its group or by others"):
         lock.take("run-b", None, 60)
+
+
+def test_a_lease_renewal_on_a_full_disk_says_so(full_tmpfs, monkeypatch):
+    """The measured block's renewal meets a full disk: the block stops naming it, never 'unknown error'."""
+    from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import LeaseRenewalFailed, lease_ticker
+    from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import measure
+    from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.bench import BenchFailure
+
+    lock = RunLock(str(full_tmpfs))
+    lock.take("run-a", None, 600)
+    fill(full_tmpfs)
+    with pytest.raises(LeaseRenewalFailed, match="could not renew run run-a's lease in .*No space left on device"):
+        lease_ticker("run-a", root=str(full_tmpfs))()
+    monkeypatch.setattr(measure, "lease_ticker", lambda run_id: lease_ticker(run_id, root=str(full_tmpfs)))
+    with pytest.raises(BenchFailure, match="Failed to measure a block: could not renew .*No space left on device"):
+        measure.run_process("workload x", [sys.executable, "-c", "pass"], dict(os.environ), 30, run_id="run-a")
+    assert lock.holder()["run_id"] == "run-a"  # nothing else changed: the run's rescue gives the host back
