@@ -103,7 +103,8 @@ options:
     description:
       - With I(state=present), apply the settings the journal says the layer owns instead
         of I(settings). Drift correction uses this; a layer the gate rolled back owns
-        nothing, so it is never re-applied.
+        nothing, so it is never re-applied, and a layer a stopped run left undecided (applied,
+        never judged by a gate) is put back to its snapshot instead of re-applied.
     type: bool
     default: false
   restore_to:

@@ -397,7 +397,7 @@ class Engine(ApplySteps):
         this apply wrote before the error is raised, and the error says so.
         """
         stored, entry, interrupted, resuming = self._start_apply(run_id, given)
-        settings, unsupported, done = self._settings_to_apply(specs, entry, from_journal, given)
+        settings, unsupported, done = self._settings_to_apply(specs, entry, run_id, from_journal, given)
         if done is not None:
             return done
         plan = self._plan_apply(settings, entry, resuming)
@@ -441,12 +441,20 @@ class Engine(ApplySteps):
             interrupted = False
         return stored, entry, interrupted, resuming
 
-    def _settings_to_apply(self, specs, entry, from_journal, given):
+    def _settings_to_apply(self, specs, entry, run_id, from_journal, given):
         """(settings, unsupported, None), or (None, None, summary) when there is nothing to apply."""
         layer = self.ctx.layer
         if given is not None:
             return given, [], None
         if from_journal:
+            if entry["state"] in INTERRUPTED_STATES:
+                # a drift correction re-applies only what a gate kept: an undecided layer goes back
+                why = "layer %s was left %s by run %s, never judged by a gate: a drift correction puts it back" % (
+                    layer,
+                    entry["state"],
+                    entry.get("run_id"),
+                )
+                return None, None, self.recover(run_id, entry=entry, reason=why, own=True)
             if entry["state"] not in ACTIVE_STATES:
                 note = "layer %s is %s: nothing to apply" % (layer, entry["state"])
                 return None, None, self._summary("present", [], [], entry, note=note)

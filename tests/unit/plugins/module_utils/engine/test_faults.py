@@ -150,3 +150,30 @@ def test_the_plan_task_passes_what_the_apply_task_passes():
         apply = yaml.safe_load(handle)[0]
     assert plan["check_mode"] is True
     assert plan["stacktune.gpu.host_settings"] == apply["stacktune.gpu.host_settings"]
+
+
+def test_a_drift_correction_puts_an_undecided_layer_back_never_re_applies_it(fakeroot, hash_tree):
+    """A run died mid-measure (its journal's disk full): the layer is applied, undecided."""
+    pristine = hash_tree(fakeroot)
+    engine(fakeroot).apply(KERNEL, "run-a")
+    with open(os.path.join(str(fakeroot), "proc/sys/vm/swappiness"), "w") as handle:
+        handle.write("30\n")  # and something moved it since: drift
+    predicted = Engine(Context("kernel", root=str(fakeroot)), open_journal(JOURNAL, str(fakeroot)), check_mode=True)
+    plan = predicted.apply(None, "drift-1", from_journal=True)
+    assert plan["action"] == "recovered" and plan["changed"]
+    fixed = engine(fakeroot).apply(None, "drift-1", from_journal=True)
+    assert fixed["action"] == "recovered" and "never judged by a gate" in " ".join(fixed["notes"])
+    assert hash_tree(fakeroot) == pristine and live(fakeroot, "vm/swappiness") == "60"
+    assert open_journal(JOURNAL, str(fakeroot)).load("kernel")["state"] == "new"
+
+
+def test_a_drift_correction_re_applies_a_kept_layer(fakeroot, hash_tree):
+    eng = engine(fakeroot)
+    eng.apply(KERNEL, "run-a")
+    eng.keep("run-a")
+    kept = hash_tree(fakeroot)
+    with open(os.path.join(str(fakeroot), "proc/sys/vm/swappiness"), "w") as handle:
+        handle.write("30\n")
+    engine(fakeroot).apply(None, "drift-1", from_journal=True)
+    assert hash_tree(fakeroot) == kept
+    assert open_journal(JOURNAL, str(fakeroot)).load("kernel")["state"] == "kept"
