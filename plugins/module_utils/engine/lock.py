@@ -184,8 +184,8 @@ def _how(ended):
         "taken_over": "run %s took the host over at %s, its controller being gone" % (by, when),
         "broken": "run %s broke its lease at %s (stacktune_lock_break)" % (by, when),
         "expired": "its lease ran out and run %s took the host at %s" % (by, when),
-        "watchdog": "its lease ran out at %s with nobody renewing it, and the host put its undecided layers back"
-        % when,
+        "watchdog": "its lease ran out at %s with nobody renewing it, and the host put its undecided layers back" % when
+        + (" (%s)" % ended["note"] if ended.get("note") else ""),
     }.get(ended.get("ended"), "its lease ended at %s" % when)
 
 
@@ -420,6 +420,9 @@ class RunLock(object):
             record["clock_step"] = step
         elif kept.get("clock_step"):
             record["clock_step"] = kept["clock_step"]
+        last = past[-1] if past else {}
+        if holder is None and last.get("ended") == "watchdog" and last.get("note"):
+            self.notes.append("the host's watchdog ended the last run: %s" % last["note"])
         if not check_mode:
             self._write(record, past)
         return True, holder
@@ -458,7 +461,7 @@ class RunLock(object):
             raise self._refusal(holder)
         return holder
 
-    def release(self, run_id, force=False, check_mode=False, how=None):
+    def release(self, run_id, force=False, check_mode=False, how=None, note=None):
         """Release the lease. Returns (released, holder found); another run's live lease stays.
         ``how`` names the end in the lease's history (``expired``: put back by the host's watchdog).
 
@@ -474,7 +477,10 @@ class RunLock(object):
             past = self.past()
             if how is None:
                 how = "released" if holder["run_id"] == run_id else ("expired" if holder["expired"] else "broken")
-            past.append({"run_id": holder["run_id"], "ended": how, "by": run_id, "time": _iso(self.clock.wall())})
+            ended = {"run_id": holder["run_id"], "ended": how, "by": run_id, "time": _iso(self.clock.wall())}
+            if note:
+                ended["note"] = note
+            past.append(ended)
             try:
                 self._write(None, past)
             except (IOError, OSError) as exc:

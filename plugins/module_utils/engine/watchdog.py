@@ -70,6 +70,26 @@ def lost_reason(run_id, holder, gone=False):
     return "interrupted: the controller was lost: run %s: %s; the host put the layer back by itself" % (run_id, why)
 
 
+def stopped_note(run_id, entry, put_back, journal):
+    """What a run stopped without its controller left, in words the next run shows: the layers
+    put back now, every layer's state in the journal, and what to run."""
+    try:
+        states = ", ".join("%s %s" % (row["layer"], row["state"]) for row in journal.summary()) or "none"
+    except (OSError, IOError, ValueError) as exc:
+        states = "unknown (%s)" % exc
+    return (
+        "%s run %s was stopped before it ended: put back by the host now: %s; layers in the journal: %s; run "
+        "playbooks/%s.yml again to finish"
+        % (
+            entry,
+            run_id,
+            ", ".join(put_back) or "nothing",
+            states,
+            entry,
+        )
+    )
+
+
 def _ends_lease(holder, run_id):
     """(end it, controller gone): whether the watchdog ends run_id's lease now."""
     if holder is None or holder["run_id"] != run_id:
@@ -109,8 +129,9 @@ def watch(
                         engine = Engine(Context(layer, root=root, run_command=run_command), journal)
                         if engine.interrupt(run_id, reason).get("changed"):
                             put_back.append(layer)
-                    lock.release(run_id, how="watchdog")
-                    return {"put_back": put_back, "reason": reason}
+                    note = stopped_note(run_id, holder.get("entry") or "tune", put_back, journal)
+                    lock.release(run_id, how="watchdog", note=note)
+                    return {"put_back": put_back, "reason": reason, "note": note}
                 finally:
                     journal.unlock()
             sleep(poll_s)
