@@ -195,6 +195,51 @@ class ApplySteps(UnitFiles):
             rows.append(self.result_row(s, obs, status, reason, wrote, before=plan["before"][s["id"]], effect=effect))
         return rows
 
+    def _restore_units(self, target, entry):
+        """Put a restore's units back, all or nothing: when one cannot be written, those put
+        back before it return to what they held, and the error says so (the live values are
+        not touched yet: the host stays as the journal says). Returns (rows, changed kinds)."""
+        rows, changed_kinds, done = [], set(), []
+        for key in sorted(target["units"]):
+            snap = target["units"][key]
+            current = None if self.check_mode else self.snapshot_unit(snap)
+            try:
+                changed = self.restore_unit(snap)
+            except (OSError, IOError) as exc:
+                left = []
+                for unit_now in reversed(done):
+                    try:
+                        self.restore_unit(unit_now)
+                    except (OSError, IOError) as undo_exc:
+                        left.append("%s (%s)" % (unit_now["path"], failure_words(undo_exc)))
+                what = (
+                    "the files put back before it could not be returned: %s" % "; ".join(left)
+                    if left
+                    else "nothing was changed: the host is as the journal says (layer %s %s)"
+                    % (self.ctx.layer, entry["state"])
+                )
+                raise SpecError(
+                    "could not put back %s: %s; %s. Run it again once %s can be written"
+                    % (snap["path"], failure_words(exc), what, snap["path"])
+                ) from None
+            if changed:
+                done.append(current)
+                changed_kinds.add(snap.get("kind"))
+                rows.append(
+                    {
+                        "id": key,
+                        "kind": "unit",
+                        "key": snap["path"],
+                        "status": "changed",
+                        "changed": True,
+                        "reason": "restored %s" % snap["path"],
+                        "expected": None,
+                        "live": None,
+                        "persisted": None,
+                    }
+                )
+        return rows, changed_kinds
+
     def _put_back_failed_apply(self, run_id, ahead, exc, step):
         """A step after the first write failed: put the host back to the write-ahead snapshot
         and end the journal there. Returns the SpecError to raise, which says what was put back

@@ -591,25 +591,7 @@ class Engine(ApplySteps):
         target = entry["original"] if to == "original" else entry.get("snapshot")
         if not target:
             return self._summary("restored", [], [], entry, note="no snapshot to restore")
-        rows = []
-        changed_kinds = set()
-        for key in sorted(target["units"]):
-            snap = target["units"][key]
-            if self.restore_unit(snap):
-                changed_kinds.add(snap.get("kind"))
-                rows.append(
-                    {
-                        "id": key,
-                        "kind": "unit",
-                        "key": snap["path"],
-                        "status": "changed",
-                        "changed": True,
-                        "reason": "restored %s" % snap["path"],
-                        "expected": None,
-                        "live": None,
-                        "persisted": None,
-                    }
-                )
+        rows, changed_kinds = self._restore_units(target, entry)
         if not self.check_mode:
             for kind_name in sorted(k for k in changed_kinds if k in KINDS):
                 self.notes.extend(KINDS[kind_name].after_persist(self.ctx, []))

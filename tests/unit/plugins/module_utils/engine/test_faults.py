@@ -177,3 +177,25 @@ def test_a_drift_correction_re_applies_a_kept_layer(fakeroot, hash_tree):
     engine(fakeroot).apply(None, "drift-1", from_journal=True)
     assert hash_tree(fakeroot) == kept
     assert open_journal(JOURNAL, str(fakeroot)).load("kernel")["state"] == "kept"
+
+
+@pytest.mark.parametrize("blocked", ["etc/sysctl.d", "etc/tmpfiles.d"])
+def test_a_restore_that_cannot_write_a_file_changes_nothing_and_says_so(fakeroot, read_only, hash_tree, blocked):
+    """Whichever of the layer's two files cannot be written, the other is left (or put back)
+    as the journal has it and no live value moves: a rollback run again once it is writable ends it."""
+    pristine = hash_tree(fakeroot)
+    settings = KERNEL + [{"kind": "sysfs", "key": "/sys/kernel/mm/transparent_hugepage/enabled", "value": "never"}]
+    engine(fakeroot).apply(settings, "run-a")
+    engine(fakeroot).keep("run-a")
+    applied = hash_tree(fakeroot)
+    read_only(fakeroot / blocked)
+    with pytest.raises(SpecError) as caught:
+        engine(fakeroot).restore("original", "rollback-1")
+    msg = str(caught.value)
+    assert "could not put back /%s/" % blocked in msg and "Read-only file system" in msg
+    assert "nothing was changed: the host is as the journal says (layer kernel kept)" in msg
+    assert hash_tree(fakeroot) == applied and live(fakeroot, "vm/swappiness") == "10"
+    assert open_journal(JOURNAL, str(fakeroot)).load("kernel")["state"] == "kept"
+    subprocess.run(["umount", "-l", str(fakeroot / blocked)], check=True)
+    engine(fakeroot).restore("original", "rollback-2")
+    assert hash_tree(fakeroot) == pristine
