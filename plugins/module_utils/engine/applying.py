@@ -276,10 +276,9 @@ class ApplySteps(UnitFiles):
             )
         if left:
             return SpecError(
-                "layer %s: %s; the host could NOT be put back whole: left as applied: %s; %s; run "
-                "playbooks/rollback.yml once that is fixed" % (layer, why, "; ".join(left), journal)
+                "%s; the host could NOT be put back whole: left as applied: %s; %s; run "
+                "playbooks/rollback.yml once that is fixed" % (why, "; ".join(left), journal)
             )
         return SpecError(
-            "layer %s: %s; every change of this apply was put back (the host is as it was before it), %s"
-            % (layer, why, journal)
+            "%s; every change of this apply was put back (the host is as it was before it), %s" % (why, journal)
         )
