@@ -32,7 +32,7 @@ description:
   - A lease with the same run id taken from another controller process is another run's and
     is refused. A lock record that cannot be read (torn, not JSON) is refused naming the
     file, never read as a free host; I(force) replaces it.
-  - A release never needs free space: when the record cannot be rewritten (a full disk), it
+  - A release never needs free space. When the record cannot be rewritten (a full disk), it
     is emptied, which frees the host.
   - A run whose lease was released, broken or taken over is refused every later write
     (C(lease_lost)), so a worker process that outlived its controller stops without
