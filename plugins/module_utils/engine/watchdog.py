@@ -44,7 +44,11 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine.trust import 
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import open_journal
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops import rooted
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context, run_argv
-from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import RunLock, controller_alive_here
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import (
+    RunLock,
+    UnreadableLock,
+    controller_alive_here,
+)
 from ansible_collections.stacktune.gpu.plugins.module_utils.common.hostproc import controller_gone
 
 # Seconds between two looks at the lease.
@@ -113,7 +117,11 @@ def watch(
     lock.hold(HOLD_WAIT_S)
     try:
         while clock() - born < MAX_LIFE_S:
-            holder = lock.holder()
+            try:
+                holder = lock.holder()
+            except UnreadableLock:
+                sleep(poll_s)  # a torn record: keep holding the host (no run takes it meanwhile)
+                continue
             if holder is None or holder["run_id"] != run_id:
                 return {"ended": "the run no longer holds the host"}
             if _ends_lease(holder, run_id)[0]:

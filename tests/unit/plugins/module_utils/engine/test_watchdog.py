@@ -186,3 +186,21 @@ def test_a_rollback_stopped_by_a_signal_gives_the_host_back_and_says_what_to_run
     assert any("watchdog ended the last run: rollback run rollback-1 was stopped" in n for n in nxt.notes)
     with pytest.raises(LeaseLost, match="run playbooks/rollback.yml again"):
         lock.renew("rollback-1")
+
+
+def test_a_torn_lock_record_does_not_end_the_watchdog(fakeroot):
+    """The watchdog keeps holding the host while the record cannot be read, and acts once it can."""
+    applied(fakeroot)
+    lock = RunLock(str(fakeroot))
+    raw, past = lock._read()  # pylint: disable=protected-access
+    with open(lock.path, "w") as handle:
+        handle.write('{"holder": {"run_id": "run-a", "exp')
+    looks = []
+
+    def sleep(_s):
+        looks.append(1)
+        if len(looks) == 3:  # the record is whole again, and the lease has run out
+            lock._write(dict(raw, expires_ts=0.0, expires_boot=0.0), past)  # pylint: disable=protected-access
+
+    out = watchdog.watch("run-a", JOURNAL, str(fakeroot), sleep=sleep)
+    assert len(looks) == 3 and out["put_back"] == ["kernel"] and swappiness(fakeroot) == "60"
