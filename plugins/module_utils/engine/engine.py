@@ -363,7 +363,14 @@ class Engine(ApplySteps):
             entry = self.load(layer)
             entry["state"] = "suspended"
             entry["history"].append({"time": now(), "run_id": run_id, "action": "suspend"})
-            self.journal.save(entry)
+            try:
+                self.journal.save(entry)
+            except (OSError, IOError) as exc:
+                raise SpecError(
+                    "layer %s is off on the host (back to its snapshot), but the journal could not record it (%s): "
+                    "it still says applied, which the next run puts back (nothing left to do) and no drift fix "
+                    "re-applies" % (layer, exc)
+                ) from None
         result["action"] = "suspended"
         result["layer_state"] = "suspended"
         return result

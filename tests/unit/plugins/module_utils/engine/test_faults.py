@@ -199,3 +199,23 @@ def test_a_restore_that_cannot_write_a_file_changes_nothing_and_says_so(fakeroot
     subprocess.run(["umount", "-l", str(fakeroot / blocked)], check=True)
     engine(fakeroot).restore("original", "rollback-2")
     assert hash_tree(fakeroot) == pristine
+
+
+def test_a_switch_off_whose_journal_write_fails_says_what_the_host_holds(fakeroot, monkeypatch, hash_tree):
+    pristine = hash_tree(fakeroot)
+    engine(fakeroot).apply(KERNEL, "run-a")
+
+    def full(self, entry):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(Journal, "save", full)
+    with pytest.raises(
+        SpecError, match="layer kernel is off on the host .*No space left on device.*still says applied"
+    ):
+        engine(fakeroot).suspend("run-a")
+    monkeypatch.undo()
+    assert hash_tree(fakeroot) == pristine
+    assert open_journal(JOURNAL, str(fakeroot)).load("kernel")["state"] == "applied"
+    # the journal says applied: a drift fix puts it back (a no-op here), never re-applies it
+    engine(fakeroot).apply(None, "drift-1", from_journal=True)
+    assert hash_tree(fakeroot) == pristine
