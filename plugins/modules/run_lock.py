@@ -182,6 +182,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import (
     LeaseLost,
     LockTimeout,
     RunLock,
+    UnreadableLock,
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context, SpecError, command_runner
 
@@ -254,7 +255,12 @@ def main():
             result["changed"] = p["state"] != "checked" and (
                 bool(result["recovered"]) or bool(previous and previous["run_id"] != p["run_id"])
             )
-            result["holder"] = lock.holder()
+            try:
+                result["holder"] = lock.holder()
+            except UnreadableLock:
+                if p["state"] != "unlocked":
+                    raise
+                # a release left an unreadable record as found, and said so in its notes
             result["notes"].extend(lock.notes)
             break
         except HostLocked as exc:

@@ -467,7 +467,12 @@ class RunLock(object):
 
         A release never needs free space: when the record cannot be written (a full disk), it
         is truncated instead (an empty record is a free host; the history is lost, and said)."""
-        holder = self._live(self._read(tolerate_torn=force)[0])
+        try:
+            holder = self._live(self._read(tolerate_torn=force)[0])
+        except UnreadableLock as exc:
+            # nobody can tell whose lease it was: left as found (refusing every run) and said
+            self.notes.append("the run lock was not released: %s" % exc)
+            return False, None
         if holder is None:
             return False, None
         if holder["run_id"] != run_id and not force and not holder["expired"]:

@@ -168,6 +168,8 @@ def test_torn_lock_file_is_refused_naming_it_never_a_free_host(tmp_path):
     for call in (lock.holder, lambda: lock.check("run-b"), lambda: lock.take("run-b", None, 600)):
         with pytest.raises(UnreadableLock, match="run lock %s cannot be read.*stacktune_lock_break" % lock.path):
             call()
+    assert lock.release("run-b") == (False, None)  # a refused run's clean-up leaves it too
+    assert any("not released" in n and "cannot be read" in n for n in lock.notes)
     with open(lock.path) as handle:
         assert handle.read() == '{"run_id": "x", "exp'  # refused: left as found
     with open(lock.path, "w") as handle:
