@@ -7,8 +7,8 @@
 One flow for every kind of setting:
 ``normalize`` (validate everything before touching anything) -> ``observe`` (live and
 persisted state) -> plan -> write-ahead journal (originals and the pre-apply snapshot)
--> write persistence units, then live values -> observe again -> per-setting status ->
-journal. ``verify`` observes only; ``restore`` puts the units and live values of a layer
+-> write live values, then persistence units -> observe again -> per-setting status ->
+journal (the steps of an apply: ``engine/applying.py``; an apply is all or nothing). ``verify`` observes only; ``restore`` puts the units and live values of a layer
 back to its pre-apply snapshot or to the pre-stacktune original.
 
 Crash safety: the journal entry is saved (atomically) with state ``applying`` and the
