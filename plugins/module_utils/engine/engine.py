@@ -8,8 +8,9 @@ One flow for every kind of setting:
 ``normalize`` (validate everything before touching anything) -> ``observe`` (live and
 persisted state) -> plan -> write-ahead journal (originals and the pre-apply snapshot)
 -> write live values, then persistence units -> observe again -> per-setting status ->
-journal (the steps of an apply: ``engine/applying.py``; an apply is all or nothing). ``verify`` observes only; ``restore`` puts the units and live values of a layer
-back to its pre-apply snapshot or to the pre-stacktune original.
+journal (the steps of an apply: ``engine/applying.py``; an apply is all or nothing).
+``verify`` observes only; ``restore`` puts the units and live values of a layer back to its
+pre-apply snapshot or to the pre-stacktune original.
 
 Crash safety: the journal entry is saved (atomically) with state ``applying`` and the
 pre-apply snapshot before the first write. A layer found ``applying`` was interrupted
