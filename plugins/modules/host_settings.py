@@ -103,7 +103,8 @@ options:
     description:
       - With I(state=present), apply the settings the journal says the layer owns instead
         of I(settings). Drift correction uses this; a layer the gate rolled back owns
-        nothing, so it is never re-applied.
+        nothing, so it is never re-applied, and a layer a stopped run left undecided (applied,
+        never judged by a gate) is put back to its snapshot instead of re-applied.
     type: bool
     default: false
   restore_to:
@@ -357,11 +358,14 @@ def main():
         "interrupted": "put back",
     }[p["state"]]
     locked = False
+    lock_notes = []
     try:
         if p["state"] != "verify" and not module.check_mode:
             journal.lock(p["lock_timeout"])
             locked = True
-            RunLock(p["root"]).renew(p["run_id"])
+            lock = RunLock(p["root"])
+            lock.renew(p["run_id"])
+            lock_notes = lock.notes  # a wall-clock step the renewal saw
         if p["state"] == "present":
             result = engine.apply(p["settings"], p["run_id"], from_journal=p["from_journal"])
         elif p["state"] == "verify":
@@ -386,6 +390,7 @@ def main():
         if locked:
             journal.unlock()
 
+    result["notes"] = lock_notes + result.get("notes", [])
     if module._diff and p["state"] in ("present", "reapplied"):
         result["diff"] = {
             "before": {

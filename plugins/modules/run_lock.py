@@ -26,6 +26,14 @@ description:
     user and the pid of its ansible-playbook process) and the entry point. A killed
     controller's lease runs out after I(ttl) seconds; the action plugin of this module lets
     a later run from the same controller take it over at once when that pid is gone.
+  - The lease's expiry is judged on the host's boot clock (C(CLOCK_BOOTTIME)), which a step of
+    the wall clock (NTP, a resumed VM) does not move; wall time counts only across a reboot. A
+    renewal that sees the wall clock jump records it in the lease and says so.
+  - A lease with the same run id taken from another controller process is another run's and
+    is refused. A lock record that cannot be read (torn, not JSON) is refused naming the
+    file, never read as a free host; I(force) replaces it.
+  - A release never needs free space. When the record cannot be rewritten (a full disk), it
+    is emptied, which frees the host.
   - A run whose lease was released, broken or taken over is refused every later write
     (C(lease_lost)), so a worker process that outlived its controller stops without
     touching the host.
@@ -89,9 +97,14 @@ options:
   watch:
     description:
       - "With I(state=locked), start the run's watchdog on the host (unless it runs): a small
-        process that puts back every layer the run left undecided once the run's lease
-        expires (its controller cut off - powered off, the network gone), releases the lease,
-        and ends as soon as the run no longer holds the host. tune.yml sets it."
+        process that holds the host's C(run.hold) flock for the run's whole length (no other
+        run takes the host while it runs, whatever the clocks say or the lease record holds),
+        puts back every layer the run left undecided once the run's lease expires (its
+        controller cut off - powered off, the network gone) or its controller process on this
+        machine is gone (stopped by a signal), releases the lease with a note of what it put
+        back and what to run (shown by the next run), and ends as soon as the run no longer
+        holds the host. It never ends a lease whose controller process runs on this machine.
+        Every entry point that takes the host sets it."
     type: bool
     default: false
     version_added: 0.2.0
@@ -169,6 +182,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import (
     LeaseLost,
     LockTimeout,
     RunLock,
+    UnreadableLock,
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context, SpecError, command_runner
 
@@ -241,11 +255,18 @@ def main():
             result["changed"] = p["state"] != "checked" and (
                 bool(result["recovered"]) or bool(previous and previous["run_id"] != p["run_id"])
             )
-            result["holder"] = lock.holder()
+            try:
+                result["holder"] = lock.holder()
+            except UnreadableLock:
+                if p["state"] != "unlocked":
+                    raise
+                # a release left an unreadable record as found, and said so in its notes
+            result["notes"].extend(lock.notes)
             break
         except HostLocked as exc:
             if isinstance(exc, LeaseLost) or time.time() >= deadline:
                 result["holder"] = exc.holder
+                result["notes"].extend(lock.notes)
                 module.fail_json(
                     msg="Failed to %s the run lock: %s" % (verb, exc), lease_lost=isinstance(exc, LeaseLost), **result
                 )

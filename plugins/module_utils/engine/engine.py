@@ -7,9 +7,10 @@
 One flow for every kind of setting:
 ``normalize`` (validate everything before touching anything) -> ``observe`` (live and
 persisted state) -> plan -> write-ahead journal (originals and the pre-apply snapshot)
--> write persistence units, then live values -> observe again -> per-setting status ->
-journal. ``verify`` observes only; ``restore`` puts the units and live values of a layer
-back to its pre-apply snapshot or to the pre-stacktune original.
+-> write live values, then persistence units -> observe again -> per-setting status ->
+journal (the steps of an apply: ``engine/applying.py``; an apply is all or nothing).
+``verify`` observes only; ``restore`` puts the units and live values of a layer back to its
+pre-apply snapshot or to the pre-stacktune original.
 
 Crash safety: the journal entry is saved (atomically) with state ``applying`` and the
 pre-apply snapshot before the first write. A layer found ``applying`` was interrupted
@@ -28,25 +29,21 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import copy
-import datetime
 import re
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine import fileops
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.applying import ApplySteps, now
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import UntrustedJournal, new_entry
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import EFFECTS, SpecError, Unsupported
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.file import check_path
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.grubby import ENTRIES, allowed_file
-from ansible_collections.stacktune.gpu.plugins.module_utils.engine.units import DROPINS, KINDS, UnitFiles, unit_key
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.units import DROPINS, KINDS
 
 _INTEGER = re.compile(r"^-?[0-9]+\Z")
 ACTIVE_STATES = ("applying", "applied", "suspended", "kept")
 # States a run leaves only while it works: found by another run (or by an apply), the
 # layer is put back to its snapshot first (``recover``).
 INTERRUPTED_STATES = ("applying", "applied", "suspended")
-
-
-def now():
-    return datetime.datetime.utcnow().replace(microsecond=0).isoformat() + "Z"
 
 
 def _setting_id(s):
@@ -114,7 +111,7 @@ def _restored_row(sid, s, original, obs, status, reason, wrote):
     }
 
 
-class Engine(UnitFiles):
+class Engine(ApplySteps):
     def __init__(self, ctx, journal, check_mode=False, retry_rejected=False):
         self.ctx = ctx
         self.journal = journal
@@ -367,7 +364,14 @@ class Engine(UnitFiles):
             entry = self.load(layer)
             entry["state"] = "suspended"
             entry["history"].append({"time": now(), "run_id": run_id, "action": "suspend"})
-            self.journal.save(entry)
+            try:
+                self.journal.save(entry)
+            except (OSError, IOError) as exc:
+                raise SpecError(
+                    "layer %s is off on the host (back to its snapshot), but the journal could not record it (%s): "
+                    "it still says applied, which the next run puts back (nothing left to do) and no drift fix "
+                    "re-applies" % (layer, exc)
+                ) from None
         result["action"] = "suspended"
         result["layer_state"] = "suspended"
         return result
@@ -394,13 +398,43 @@ class Engine(UnitFiles):
         return result
 
     def apply(self, specs, run_id, from_journal=False, given=None):
+        """Apply a layer's settings, all or nothing (the steps: ``engine/applying.py``).
+
+        ``from_journal``: the layer's journaled settings again (drift correction); ``given``:
+        these settings (``reapply``). A failure after the first write puts back everything
+        this apply wrote before the error is raised, and the error says so.
+        """
+        stored, entry, interrupted, resuming = self._start_apply(run_id, given)
+        settings, unsupported, done = self._settings_to_apply(specs, entry, run_id, from_journal, given)
+        if done is not None:
+            return done
+        plan = self._plan_apply(settings, entry, resuming)
+        if self.check_mode:
+            return self._summary("present", self._predict_apply(plan, entry, interrupted), unsupported, entry)
+        before_apply = copy.deepcopy(stored) if stored is not None else None
+        self._write_ahead(plan, entry, run_id)
+        self._write_live_values(plan, entry, before_apply)
+        ahead = copy.deepcopy(entry)
+        step = "persisting the layer's settings"
+        try:
+            rows = self._persist(plan, entry)
+            step = "verifying the layer's settings"
+            rows = self._observe_applied(plan) + rows
+            step = "writing the journal's final record"
+            self._finish_apply(plan, entry, rows, run_id, from_journal)
+        except (OSError, IOError, SpecError, Unsupported) as exc:
+            raise self._put_back_failed_apply(run_id, ahead, exc, step) from None
+        return self._summary("present", rows, unsupported, entry)
+
+    def _start_apply(self, run_id, given):
+        """The layer's record, after a layer a run left mid-apply, switched off or unjudged went
+        back to its snapshot (the tune flow's run_lock does it for every layer; a real apply does
+        it for its own). Returns (stored, entry, interrupted, resuming)."""
         layer = self.ctx.layer
         stored = self.load(layer)
         entry = stored or new_entry(layer)
         resuming = given is not None and entry["state"] == "suspended"
-        # a layer a run left mid-apply, switched off or unjudged goes back to its snapshot first
-        # (the tune flow's run_lock does it for every layer; a real apply does it for its own)
-        interrupted = (
+        interrupted = bool(
             not resuming
             and entry.get("snapshot")
             and (
@@ -413,22 +447,31 @@ class Engine(UnitFiles):
             stored = self.load(layer)
             entry = stored or new_entry(layer)
             interrupted = False
+        return stored, entry, interrupted, resuming
+
+    def _settings_to_apply(self, specs, entry, run_id, from_journal, given):
+        """(settings, unsupported, None), or (None, None, summary) when there is nothing to apply."""
+        layer = self.ctx.layer
         if given is not None:
-            settings, unsupported = given, []
-        elif from_journal:
-            if entry["state"] not in ACTIVE_STATES:
-                return self._summary(
-                    "present", [], [], entry, note="layer %s is %s: nothing to apply" % (layer, entry["state"])
+            return given, [], None
+        if from_journal:
+            if entry["state"] in INTERRUPTED_STATES:
+                # a drift correction re-applies only what a gate kept: an undecided layer goes back
+                why = "layer %s was left %s by run %s, never judged by a gate: a drift correction puts it back" % (
+                    layer,
+                    entry["state"],
+                    entry.get("run_id"),
                 )
-            settings, unsupported = copy.deepcopy(entry["settings"]), []
-        else:
-            settings, unsupported = self.normalize(specs)
-            settings = self.minimums(settings, entry)
-            self.check_ownership(layer, settings)
+                return None, None, self.recover(run_id, entry=entry, reason=why, own=True)
+            if entry["state"] not in ACTIVE_STATES:
+                note = "layer %s is %s: nothing to apply" % (layer, entry["state"])
+                return None, None, self._summary("present", [], [], entry, note=note)
+            return copy.deepcopy(entry["settings"]), [], None
+        settings, unsupported = self.normalize(specs)
+        settings = self.minimums(settings, entry)
+        self.check_ownership(layer, settings)
         if (
-            not from_journal
-            and given is None
-            and not self.retry_rejected
+            not self.retry_rejected
             and entry["state"] == "rolled_back"
             and _same_settings(entry.get("rejected"), settings)
         ):
@@ -436,126 +479,15 @@ class Engine(UnitFiles):
                 "the gate rolled these settings back in run %s; not re-applied "
                 "(-e stacktune_retry_rejected=true, the module's retry_rejected, measures them again)"
             )
-            return self._summary(
-                "present", [], unsupported, entry, note=note % entry.get("rejected_by", entry.get("run_id"))
-            )
-        new_ids = {s["id"] for s in settings}
-        if resuming:
-            previous = entry["snapshot"]["settings"]  # what the host holds while the layer is off
-        else:
-            previous = entry["settings"] if entry["state"] in ACTIVE_STATES else []
-        removed = [s for s in previous if s["id"] not in new_ids]
+            rejected_by = entry.get("rejected_by", entry.get("run_id"))
+            return None, None, self._summary("present", [], unsupported, entry, note=note % rejected_by)
+        return settings, unsupported, None
 
-        before = {s["id"]: self.observe(s) for s in settings}
-        units = self.desired_units(settings, before, self.given_up(removed, entry, settings))
-        unit_changes = {k: u for k, u in units.items() if self.read_unit(u["unit"]) != u["text"]}
-        live_changes = [
-            s
-            for s in settings
-            if before[s["id"]]["writable"]
-            and not KINDS[s["kind"]].unit_is_live
-            and not KINDS[s["kind"]].same(before[s["id"]]["live"], s["value"])
-        ]
-        # units that only removed settings persisted through, and live values to put back
-        orphan_units = [
-            snap
-            for key, snap in entry["original"]["units"].items()
-            if key not in units and any(key == self._unit_key_of(s) for s in removed)
-        ]
-
-        rows = []
-        if self.check_mode:
-            if interrupted:
-                # the real run first puts the interrupted layer back to its snapshot
-                unit_changes, live_changes = self._changes_from_snapshot(entry["snapshot"], units, settings, before)
-            for s in settings:
-                obs = before[s["id"]]
-                wrote = s in live_changes or any(s["id"] in u["settings"] for u in unit_changes.values())
-                pred = dict(obs)
-                pred["live_ok"] = (
-                    obs["live_error"] is None and KINDS[s["kind"]].same(obs["live"], s["value"])
-                ) or s in live_changes
-                if KINDS[s["kind"]].unit_is_live and obs["unit"] is not None:
-                    pred["live_ok"] = True
-                if obs["unit"] is not None:
-                    pred["persisted"] = s["value"]
-                    key = unit_key(obs["unit"])
-                    if key in units:
-                        pending = {units[key]["unit"]["path"]: units[key]["text"]}
-                        pred["boot"] = KINDS[s["kind"]].boot_value(s, self.ctx, pending=pending)
-                status, reason = self.status_of(s, pred, wrote=wrote, predicted=True)
-                effect = self.effect_of(s, status, wrote, s in live_changes)
-                rows.append(self.result_row(s, obs, status, reason, wrote, effect=effect))
-            rows.extend(self._restore_removed(removed, entry, orphan_units))
-            return self._summary("present", rows, unsupported, entry)
-
-        # write-ahead: originals and the pre-apply snapshot, before any change (the record as
-        # it was is kept, to go back to when the kernel refuses a live value)
-        before_apply = copy.deepcopy(stored) if stored is not None else None
-        involved_units = {k: u["unit"] for k, u in units.items()}
-        for s in removed:
-            unit, _err = self._unit(s)
-            if unit is not None:
-                involved_units.setdefault(unit_key(unit), unit)
-        if entry["state"] not in ("applying", "suspended") or not entry.get("snapshot"):
-            entry["snapshot"] = {
-                "state": entry["state"],
-                "settings": copy.deepcopy(previous),
-                "live": {},
-                "units": {},
-            }
-        snap = entry["snapshot"]
-        for s in settings + removed:
-            if s["id"] not in snap["live"]:
-                obs = before.get(s["id"]) or self.observe(s)
-                snap["live"][s["id"]] = obs["live"] if obs["live_error"] is None else None
-            if s["id"] not in entry["original"]["live"]:
-                entry["original"]["live"][s["id"]] = snap["live"][s["id"]]
-            entry["known"][s["id"]] = s
-        for key, unit in involved_units.items():
-            if key not in snap["units"]:
-                snap["units"][key] = self.snapshot_unit(unit)
-            if key not in entry["original"]["units"]:
-                entry["original"]["units"][key] = snap["units"][key]
-        entry["state"] = "applying"
-        entry["run_id"] = run_id
-        entry["pending"] = copy.deepcopy(settings)
-        self.journal.save(entry)
-        kill_point("after_journal_write_ahead", layer)
-
-        # live values first: what the kernel refuses is never persisted for the next boot
-        written = []
-        for s in sorted(live_changes, key=self._write_rank):
-            try:
-                KINDS[s["kind"]].write_live(s, s["value"], self.ctx)
-            except (OSError, IOError) as exc:
-                self._undo_live(written, snap, entry, before_apply)
-                raise SpecError(
-                    "%sthe kernel refused %s = %s: %s; nothing was persisted and the layer is as it was"
-                    % ("%s: " % self.variables[s["id"]] if s["id"] in self.variables else "", s["key"], s["value"], exc)
-                ) from None
-            written.append(s)
-        kill_point("after_live_written", layer)
-        changed_kinds = {}
-        for key in sorted(unit_changes):
-            u = unit_changes[key]
-            self.write_unit(u["unit"], u["text"])
-            changed_kinds.setdefault(u["unit"]["kind"], []).append(key)
-        for kind_name, keys in sorted(changed_kinds.items()):
-            if kind_name in KINDS:
-                self.notes.extend(KINDS[kind_name].after_persist(self.ctx, keys))
-        rows.extend(self._restore_removed(removed, entry, orphan_units))
-        kill_point("after_units_written", layer)
-
-        for s in settings:
-            obs = self.observe(s)
-            wrote = s in live_changes or any(s["id"] in u["settings"] for u in unit_changes.values())
-            status, reason = self.status_of(s, obs, wrote=wrote)
-            effect = self.effect_of(s, status, wrote, s in live_changes)
-            rows.append(self.result_row(s, obs, status, reason, wrote, before=before[s["id"]], effect=effect))
-
+    def _finish_apply(self, plan, entry, rows, run_id, from_journal):
+        """The journal's final record of an apply."""
+        settings, layer = plan["settings"], self.ctx.layer
         # a run that changed nothing leaves a kept layer kept (and its gate decision standing)
-        unchanged = not any(r["changed"] for r in rows) and _same_settings(previous, settings)
+        unchanged = not any(r["changed"] for r in rows) and _same_settings(plan["previous"], settings)
         # so does a drift correction: it puts the kept settings back, and no gate is to judge them
         restoring_kept = from_journal and entry["snapshot"].get("state") == "kept"
         entry["state"] = (
@@ -574,7 +506,6 @@ class Engine(UnitFiles):
         kill_point("before_journal_final", layer)
         self.journal.save(entry)
         self.journal.event({"time": now(), "run_id": run_id, "layer": layer, "action": "apply", "changed": changed_ids})
-        return self._summary("present", rows, unsupported, entry)
 
     # ------------------------------------------------------------------ recover
     def recover(self, run_id, entry=None, states=INTERRUPTED_STATES, reason=None, own=False):
@@ -668,25 +599,7 @@ class Engine(UnitFiles):
         target = entry["original"] if to == "original" else entry.get("snapshot")
         if not target:
             return self._summary("restored", [], [], entry, note="no snapshot to restore")
-        rows = []
-        changed_kinds = set()
-        for key in sorted(target["units"]):
-            snap = target["units"][key]
-            if self.restore_unit(snap):
-                changed_kinds.add(snap.get("kind"))
-                rows.append(
-                    {
-                        "id": key,
-                        "kind": "unit",
-                        "key": snap["path"],
-                        "status": "changed",
-                        "changed": True,
-                        "reason": "restored %s" % snap["path"],
-                        "expected": None,
-                        "live": None,
-                        "persisted": None,
-                    }
-                )
+        rows, changed_kinds = self._restore_units(target, entry)
         if not self.check_mode:
             for kind_name in sorted(k for k in changed_kinds if k in KINDS):
                 self.notes.extend(KINDS[kind_name].after_persist(self.ctx, []))

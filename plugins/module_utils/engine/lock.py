@@ -8,7 +8,16 @@ with two journal directories still exclude each other:
 - ``lock``: an advisory flock held while a module works, so two module calls never
   interleave (``HostFlock``, ``host_flock``; ``Journal.lock`` takes it);
 - ``run.lock``: the lease a whole run holds from start to end (``RunLock``), renewed by
-  every engine write and every measured block (``lease_ticker``).
+  every engine write and every measured block (``lease_ticker``);
+- ``run.hold``: a flock the run's watchdog holds for the run's whole length (``RunLock.hold``):
+  while a process holds it, no other run takes the host, whatever the clocks say or the lease
+  record holds.
+
+A lease's expiry is judged on the boot clock (``CLOCK_BOOTTIME``: it never jumps when the wall
+clock is stepped) while the host runs the boot that wrote it, and on wall time only across a
+reboot; a renewal that sees the wall clock jump records the step in the lease. A lease record
+that cannot be read is reported, naming the file, never read as a free host; an empty one is a
+released lease (a release that found no free space truncates the record).
 
 Both are read and written like the journal: never through a link, 0600 in a 0700 directory
 (``engine/trust.py``).
@@ -25,6 +34,7 @@ import json
 import os
 import time
 
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.hostproc import boot_id, pid_gone, pid_namespace
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops import atomic_write, rooted
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.trust import (
     UntrustedJournal,
@@ -37,6 +47,28 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine.trust import 
 HOST_DIR = "/var/lib/stacktune"
 # The end of every refusal; the run_lock action replaces it with the exact command.
 LOCK_BREAK_HINT = "run again with -e stacktune_lock_break=true"
+# A wall clock that moved this many seconds more (or less) than the boot clock between two
+# renewals was stepped (NTP, a resumed VM); the lease records the step.
+STEP_S = 5.0
+# How long a take waits for the watchdog of a run that has just released the host to end.
+HOLD_WAIT_S = 5.0
+
+
+def boot_clock():
+    """Seconds since boot, counting suspend, never stepped (CLOCK_BOOTTIME)."""
+    try:
+        return time.clock_gettime(time.CLOCK_BOOTTIME)
+    except (AttributeError, OSError):
+        return time.monotonic()
+
+
+class Clock(object):
+    """The clocks a lease is judged on: ``wall`` (time.time), ``boot`` (CLOCK_BOOTTIME) and
+    ``boot_id`` (which boot ``boot`` counts from). Tests give RunLock a stand-in."""
+
+    wall = staticmethod(time.time)
+    boot = staticmethod(boot_clock)
+    boot_id = staticmethod(boot_id)
 
 
 class LockTimeout(Exception):
@@ -53,6 +85,34 @@ class HostLocked(LockTimeout):
 
 class LeaseLost(HostLocked):
     """This run's lease was released, broken or taken over: it must not touch the host again."""
+
+
+class LeaseRenewalFailed(Exception):
+    """A measured block could not renew its run's lease (a full disk): it stops, saying why."""
+
+
+class UnreadableLock(HostLocked):
+    """The lease record cannot be read: the host may be held, so it is refused, naming the file."""
+
+
+def controller_alive_here(controller):
+    """True when a lease's controller process is known to run on this machine (same boot and
+    pid namespace, its pid still the process that started): its lease is never ended for it."""
+    if not isinstance(controller, dict) or not controller.get("pid"):
+        return False
+    if not controller.get("boot_id") or controller.get("boot_id") != boot_id():
+        return False
+    if not controller.get("pid_ns") or controller.get("pid_ns") != pid_namespace():
+        return False
+    return not pid_gone(controller)
+
+
+def same_controller(a, b):
+    """Whether two controller records name one process (a missing record matches any)."""
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return True
+    keys = [k for k in ("host", "boot_id", "pid", "pid_start") if a.get(k) is not None and b.get(k) is not None]
+    return all(a[k] == b[k] for k in keys)
 
 
 def host_dir(root="/"):
@@ -124,8 +184,8 @@ def _how(ended):
         "taken_over": "run %s took the host over at %s, its controller being gone" % (by, when),
         "broken": "run %s broke its lease at %s (stacktune_lock_break)" % (by, when),
         "expired": "its lease ran out and run %s took the host at %s" % (by, when),
-        "watchdog": "its lease ran out at %s with nobody renewing it, and the host put its undecided layers back"
-        % when,
+        "watchdog": "its lease ran out at %s with nobody renewing it, and the host put its undecided layers back" % when
+        + (" (%s)" % ended["note"] if ended.get("note") else ""),
     }.get(ended.get("ended"), "its lease ended at %s" % when)
 
 
@@ -137,12 +197,19 @@ def describe_holder(holder):
         parts.append("controller %s pid %s" % (controller["host"], controller.get("pid", "?")))
     if holder.get("entry"):
         parts.append("%s.yml" % holder["entry"])
-    return "run %s (%s) since %s, lease until %s" % (
+    line = "run %s (%s) since %s, lease until %s" % (
         holder.get("run_id"),
         ", ".join(parts),
         holder.get("since"),
         holder.get("expires"),
     )
+    step = holder.get("clock_step")
+    if isinstance(step, dict):
+        line += " (the wall clock jumped %+ds at %s; the lease is judged on the boot clock)" % (
+            step.get("seconds", 0),
+            step.get("time"),
+        )
+    return line
 
 
 class RunLock(object):
@@ -158,23 +225,39 @@ class RunLock(object):
 
     PAST_KEEP = 20
 
-    def __init__(self, root="/"):
+    def __init__(self, root="/", clock=None):
         self.directory = host_dir(root)
         self.path = os.path.join(self.directory, "run.lock")
+        self.hold_path = os.path.join(self.directory, "run.hold")
+        self.clock = clock or Clock()
+        self.notes = []
+        self._hold_fd = None
 
     # ---------------------------------------------------------------- file
-    def _read(self):
+    def _read(self, tolerate_torn=False):
+        """(holder, past) as recorded. A record that cannot be read raises UnreadableLock
+        (``tolerate_torn``: read as free, for a run that breaks the lock anyway)."""
         # the lock decides who may change the host: read like the journal's records, never
         # through a link and only when no other user could have written it
         raw = read_trusted(self.path) if trusted_dir(self.directory) else None
-        if raw is None:
-            return None, []
+        if raw is None or not raw.strip():
+            return None, []  # no record, or one a release truncated
         try:
             data = json.loads(raw.decode("utf-8"))
-        except ValueError:
-            return None, []  # a torn file is no lease (writes are atomic; only a foreign file is torn)
+        except ValueError as exc:
+            if tolerate_torn:
+                return None, []
+            raise UnreadableLock(
+                "the host's run lock %s cannot be read (%s): another run may hold the host, so it is refused; "
+                "if no stacktune run is running, %s" % (self.path, exc, LOCK_BREAK_HINT)
+            ) from None
         if not isinstance(data, dict):
-            return None, []
+            if tolerate_torn:
+                return None, []
+            raise UnreadableLock(
+                "the host's run lock %s holds no lease record (a %s): refused; if no stacktune run is running, %s"
+                % (self.path, type(data).__name__, LOCK_BREAK_HINT)
+            )
         if "run_id" in data:  # the layout before ``past`` was kept
             return data, []
         holder = data.get("holder") if isinstance(data.get("holder"), dict) else None
@@ -186,30 +269,91 @@ class RunLock(object):
         data = {"schema": 2, "holder": holder, "past": past[-self.PAST_KEEP :]}
         atomic_write(self.path, json.dumps(data, sort_keys=True).encode("utf-8"), mode=0o600)
 
-    @staticmethod
-    def _live(raw, now=None):
-        """A lease as read, with ``expired`` computed; None when there is none."""
+    def _live(self, raw):
+        """A lease as read, with ``expired`` computed; None when there is none. Judged on the
+        boot clock when the lease was written in this boot, on wall time across a reboot."""
         if raw is None or "run_id" not in raw:
             return None
         holder = dict(raw)
-        holder["expired"] = float(holder.get("expires_ts", 0)) <= (now if now is not None else time.time())
+        if holder.get("boot_id") and holder.get("boot_id") == self.clock.boot_id() and "expires_boot" in holder:
+            holder["expired"] = float(holder["expires_boot"]) <= self.clock.boot()
+        else:
+            holder["expired"] = float(holder.get("expires_ts", 0)) <= self.clock.wall()
         return holder
 
-    def holder(self, now=None):
+    def holder(self):
         """The current holder (a dict with ``expired``), or None when free."""
-        return self._live(self._read()[0], now)
+        return self._live(self._read()[0])
 
     def past(self):
         return self._read()[1]
 
     describe = staticmethod(describe_holder)
 
-    def _refusal(self, holder):
+    def _refusal(self, holder, why=""):
         return HostLocked(
-            "the host is locked by stacktune %s (%s); wait for that run to finish, or, if it is gone, %s"
-            % (describe_holder(holder), self.path, LOCK_BREAK_HINT),
+            "the host is locked by stacktune %s (%s)%s; wait for that run to finish, or, if it is gone, %s"
+            % (describe_holder(holder), self.path, why, LOCK_BREAK_HINT),
             holder=holder,
         )
+
+    # ---------------------------------------------------------------- the run's hold
+    def _open_hold(self):
+        ensure_private_dir(self.directory)
+        fd = os.open(self.hold_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            check_trusted(self.hold_path, os.fstat(fd))
+        except UntrustedJournal:
+            os.close(fd)
+            raise
+        return fd
+
+    def held(self):
+        """Whether a process (a run's watchdog) holds ``run.hold`` now."""
+        if not os.path.exists(self.hold_path):
+            return False
+        fd = self._open_hold()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except (IOError, OSError) as exc:
+            if exc.errno in (errno.EAGAIN, errno.EACCES):
+                return True
+            raise
+        finally:
+            os.close(fd)  # closing drops the flock taken here
+        return False
+
+    def hold(self, timeout):
+        """Hold ``run.hold`` for as long as this object lives (or ``unhold``): the run's watchdog
+        does, for the run's whole length. Waits up to timeout s for an ending run's watchdog;
+        returns whether it is held."""
+        fd = self._open_hold()
+        deadline = self.clock.boot() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self._hold_fd = fd
+                return True
+            except (IOError, OSError) as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES) or self.clock.boot() >= deadline:
+                    os.close(fd)
+                    return False
+            time.sleep(0.2)
+
+    def unhold(self):
+        if self._hold_fd is not None:
+            os.close(self._hold_fd)
+            self._hold_fd = None
+
+    def _wait_unheld(self, wait_s=HOLD_WAIT_S):
+        """False while a process still holds ``run.hold`` after wait_s (a run that just released
+        the host: its watchdog ends within a poll)."""
+        deadline = self.clock.boot() + wait_s
+        while self.held():
+            if self.clock.boot() >= deadline:
+                return False
+            time.sleep(0.2)
+        return True
 
     # ---------------------------------------------------------------- checks
     def check(self, run_id):
@@ -231,14 +375,28 @@ class RunLock(object):
         """Take or renew the lease. Returns (changed, previous holder). Raises HostLocked.
 
         ``force`` breaks another run's live lease; ``takeover`` (a run id) takes over that
-        run's lease only, because its controller process is known to be gone.
+        run's lease only, because its controller process is known to be gone. A lease with the
+        same run id taken from another controller process is another run's: refused.
         """
-        raw, past = self._read()
+        raw, past = self._read(tolerate_torn=force)
         holder = self._live(raw)
-        other = holder is not None and holder["run_id"] != run_id
-        if other and not holder["expired"] and not force and takeover != holder["run_id"]:
+        other = holder is not None and (
+            holder["run_id"] != run_id or not same_controller(controller, holder.get("controller"))
+        )
+        forced = force or (holder is not None and takeover == holder["run_id"])
+        if other and not holder["expired"] and not forced:
             raise self._refusal(holder)
-        now = time.time()
+        if (other or holder is None) and not forced and not check_mode and not self._wait_unheld():
+            # exclusion does not rest on a time: a run whose watchdog still runs holds the host
+            if holder is not None:
+                raise self._refusal(
+                    holder, "; its lease looks run out, but its watchdog still holds %s" % self.hold_path
+                )
+            raise HostLocked(
+                "a stacktune process holds the host (%s) though its lease record %s names no run; wait for it "
+                "to end, or, if no stacktune run is running, %s" % (self.hold_path, self.path, LOCK_BREAK_HINT)
+            )
+        now, boot = self.clock.wall(), self.clock.boot()
         if other:
             how = "expired" if holder["expired"] else ("taken_over" if takeover == holder["run_id"] else "broken")
             past.append({"run_id": holder["run_id"], "ended": how, "by": run_id, "time": _iso(now)})
@@ -251,11 +409,36 @@ class RunLock(object):
             "since": kept.get("since") or _iso(now),
             "expires": _iso(now + ttl),
             "expires_ts": now + ttl,
+            "boot_id": self.clock.boot_id(),
+            "expires_boot": boot + ttl,
+            "renewed_ts": now,
+            "renewed_boot": boot,
             "ttl": ttl,
         }
+        step = self._clock_step(kept, now, boot)
+        if step is not None:
+            record["clock_step"] = step
+        elif kept.get("clock_step"):
+            record["clock_step"] = kept["clock_step"]
+        last = past[-1] if past else {}
+        if holder is None and last.get("ended") == "watchdog" and last.get("note"):
+            self.notes.append("the host's watchdog ended the last run: %s" % last["note"])
         if not check_mode:
             self._write(record, past)
         return True, holder
+
+    def _clock_step(self, kept, now, boot):
+        """The wall clock's jump since the lease's last renewal (a dict), or None."""
+        if kept.get("boot_id") != self.clock.boot_id() or "renewed_boot" not in kept or "renewed_ts" not in kept:
+            return None
+        step = (now - float(kept["renewed_ts"])) - (boot - float(kept["renewed_boot"]))
+        if abs(step) < STEP_S:
+            return None
+        self.notes.append(
+            "the wall clock jumped %+ds since run %s last renewed its lease; the lease is judged on the boot "
+            "clock, so the step neither ends nor extends it" % (round(step), kept.get("run_id"))
+        )
+        return {"seconds": int(round(step)), "time": _iso(now)}
 
     def renew(self, run_id, ttl=None):
         """Extend run_id's lease (every engine write and every measured block of a run does).
@@ -278,10 +461,18 @@ class RunLock(object):
             raise self._refusal(holder)
         return holder
 
-    def release(self, run_id, force=False, check_mode=False, how=None):
+    def release(self, run_id, force=False, check_mode=False, how=None, note=None):
         """Release the lease. Returns (released, holder found); another run's live lease stays.
-        ``how`` names the end in the lease's history (``expired``: put back by the host's watchdog)."""
-        holder = self.holder()
+        ``how`` names the end in the lease's history (``expired``: put back by the host's watchdog).
+
+        A release never needs free space: when the record cannot be written (a full disk), it
+        is truncated instead (an empty record is a free host; the history is lost, and said)."""
+        try:
+            holder = self._live(self._read(tolerate_torn=force)[0])
+        except UnreadableLock as exc:
+            # nobody can tell whose lease it was: left as found (refusing every run) and said
+            self.notes.append("the run lock was not released: %s" % exc)
+            return False, None
         if holder is None:
             return False, None
         if holder["run_id"] != run_id and not force and not holder["expired"]:
@@ -291,8 +482,18 @@ class RunLock(object):
             past = self.past()
             if how is None:
                 how = "released" if holder["run_id"] == run_id else ("expired" if holder["expired"] else "broken")
-            past.append({"run_id": holder["run_id"], "ended": how, "by": run_id, "time": _iso(time.time())})
-            self._write(None, past)
+            ended = {"run_id": holder["run_id"], "ended": how, "by": run_id, "time": _iso(self.clock.wall())}
+            if note:
+                ended["note"] = note
+            past.append(ended)
+            try:
+                self._write(None, past)
+            except (IOError, OSError) as exc:
+                os.truncate(self.path, 0)  # frees no block is needed for: the host is free
+                self.notes.append(
+                    "the run lock %s could not be rewritten (%s): it was emptied instead, which frees the host "
+                    "(the history of past leases is lost)" % (self.path, exc)
+                )
         return True, holder
 
 
@@ -301,7 +502,8 @@ def lease_ticker(run_id, root="/", renew_every=20.0, flock_timeout=10):
     no lock) that run_id still holds the host, and renews its lease every ``renew_every`` s.
 
     It raises HostLocked (LeaseLost) as soon as the run no longer holds the host, so a block
-    whose run was stopped or taken over ends within one tick. When another module call holds
+    whose run was stopped or taken over ends within one tick, and LeaseRenewalFailed when the
+    lease cannot be written (a full disk), naming the error. When another module call holds
     the host's flock, a renewal waits for the next tick.
     """
     lock = RunLock(root)
@@ -320,5 +522,7 @@ def lease_ticker(run_id, root="/", renew_every=20.0, flock_timeout=10):
             raise
         except LockTimeout:
             pass
+        except (IOError, OSError) as exc:
+            raise LeaseRenewalFailed("could not renew run %s's lease in %s: %s" % (run_id, lock.path, exc)) from None
 
     return tick

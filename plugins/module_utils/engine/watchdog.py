@@ -13,8 +13,13 @@ removed when the module returns). It reads the host's lease every ``POLL_S`` sec
 
 - ends as soon as the lease is no longer its run's (released at the end of the run, whether it
   succeeded, failed or was interrupted; taken over; broken by hand);
-- once its run's lease has expired (or, on the controller's own machine, the controller
-  process is known to be gone: same boot and pid namespace), takes the host's flock, checks again, puts back every layer
+- holds the host's ``run.hold`` flock from start to end (``RunLock.hold``): while it runs, no
+  other run takes the host, whatever the clocks say or the lease record holds;
+- never ends a lease whose controller process runs on this machine (same boot and pid
+  namespace), whatever the lease's expiry says;
+- once its run's lease has expired (judged on the boot clock, which a wall-clock step does not
+  move), or, on the controller's own machine, the controller
+  process is known to be gone, takes the host's flock, checks again, puts back every layer
   of the run that is still undecided (``Engine.interrupt``: applying, applied or switched off,
   the journal saying why), and releases the lease (its history says ``watchdog``). A controller that comes back
   then finds its lease gone and stops without touching the host (``LeaseLost``).
@@ -39,13 +44,19 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine.trust import 
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import open_journal
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops import rooted
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context, run_argv
-from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import RunLock
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import (
+    RunLock,
+    UnreadableLock,
+    controller_alive_here,
+)
 from ansible_collections.stacktune.gpu.plugins.module_utils.common.hostproc import controller_gone
 
 # Seconds between two looks at the lease.
 POLL_S = 2.0
 # A watchdog ends after this long whatever it sees (a run is never this long).
 MAX_LIFE_S = 2 * 86400
+# How long a new watchdog waits for the previous run's watchdog to let go of run.hold.
+HOLD_WAIT_S = 30.0
 # Where the watchdogs keep their code copy and their pid record, under the journal directory.
 WATCH_DIR = "watchdog"
 BOOT = (
@@ -63,35 +74,78 @@ def lost_reason(run_id, holder, gone=False):
     return "interrupted: the controller was lost: run %s: %s; the host put the layer back by itself" % (run_id, why)
 
 
-def watch(run_id, journal_dir, root="/", poll_s=POLL_S, run_command=None, sleep=time.sleep, clock=time.time):
+def stopped_note(run_id, entry, put_back, journal):
+    """What a run stopped without its controller left, in words the next run shows: the layers
+    put back now, every layer's state in the journal, and what to run."""
+    try:
+        states = ", ".join("%s %s" % (row["layer"], row["state"]) for row in journal.summary()) or "none"
+    except (OSError, IOError, ValueError) as exc:
+        states = "unknown (%s)" % exc
+    return (
+        "%s run %s was stopped before it ended: put back by the host now: %s; layers in the journal: %s; run "
+        "playbooks/%s.yml again to finish"
+        % (
+            entry,
+            run_id,
+            ", ".join(put_back) or "nothing",
+            states,
+            entry,
+        )
+    )
+
+
+def _ends_lease(holder, run_id):
+    """(end it, controller gone): whether the watchdog ends run_id's lease now."""
+    if holder is None or holder["run_id"] != run_id:
+        return False, False
+    controller = holder.get("controller")
+    if controller_alive_here(controller):
+        return False, False  # its controller works on this machine: never ended for a clock
+    gone = controller_gone(controller)
+    return holder["expired"] or gone, gone
+
+
+def watch(
+    run_id, journal_dir, root="/", poll_s=POLL_S, run_command=None, sleep=time.sleep, clock=time.monotonic, lock=None
+):
     """Watch run_id's lease until the run ends (returns ``{"ended": how}``) or its lease expires
-    (returns ``{"put_back": [layers]}`` once they are back to their snapshots)."""
-    lock = RunLock(root)
+    (returns ``{"put_back": [layers]}`` once they are back to their snapshots). The run's
+    ``run.hold`` flock is held all along."""
+    lock = lock or RunLock(root)
     journal = open_journal(journal_dir, root)
     born = clock()
-    while clock() - born < MAX_LIFE_S:
-        holder = lock.holder()
-        if holder is None or holder["run_id"] != run_id:
-            return {"ended": "the run no longer holds the host"}
-        if holder["expired"] or controller_gone(holder.get("controller")):
-            journal.lock(60)
+    lock.hold(HOLD_WAIT_S)
+    try:
+        while clock() - born < MAX_LIFE_S:
             try:
                 holder = lock.holder()
-                gone = holder is not None and controller_gone(holder.get("controller"))
-                if holder is None or holder["run_id"] != run_id or not (holder["expired"] or gone):
-                    continue  # renewed (or gone) meanwhile: look again
-                reason = lost_reason(run_id, holder, gone)
-                put_back = []
-                for layer in journal.layers():
-                    engine = Engine(Context(layer, root=root, run_command=run_command), journal)
-                    if engine.interrupt(run_id, reason).get("changed"):
-                        put_back.append(layer)
-                lock.release(run_id, how="watchdog")
-                return {"put_back": put_back, "reason": reason}
-            finally:
-                journal.unlock()
-        sleep(poll_s)
-    return {"ended": "too old"}
+            except UnreadableLock:
+                sleep(poll_s)  # a torn record: keep holding the host (no run takes it meanwhile)
+                continue
+            if holder is None or holder["run_id"] != run_id:
+                return {"ended": "the run no longer holds the host"}
+            if _ends_lease(holder, run_id)[0]:
+                journal.lock(60)
+                try:
+                    holder = lock.holder()
+                    end, gone = _ends_lease(holder, run_id)
+                    if not end:
+                        continue  # renewed (or gone) meanwhile: look again
+                    reason = lost_reason(run_id, holder, gone)
+                    put_back = []
+                    for layer in journal.layers():
+                        engine = Engine(Context(layer, root=root, run_command=run_command), journal)
+                        if engine.interrupt(run_id, reason).get("changed"):
+                            put_back.append(layer)
+                    note = stopped_note(run_id, holder.get("entry") or "tune", put_back, journal)
+                    lock.release(run_id, how="watchdog", note=note)
+                    return {"put_back": put_back, "reason": reason, "note": note}
+                finally:
+                    journal.unlock()
+            sleep(poll_s)
+        return {"ended": "too old"}
+    finally:
+        lock.unhold()
 
 
 def _alive(record_path, clock=time.time):
@@ -121,6 +175,7 @@ def _code_root():
 
 def spawn(run_id, journal_dir, root="/", python=None):
     """Start the watchdog of run_id unless one runs; returns its pid, or None when one ran."""
+    ensure_private_dir(rooted(root, journal_dir))  # the journal directory too is private to root
     folder = os.path.join(rooted(root, journal_dir), WATCH_DIR)
     ensure_private_dir(folder)
     record = os.path.join(folder, "%s.json" % run_id)
@@ -143,8 +198,10 @@ def spawn(run_id, journal_dir, root="/", python=None):
             start_new_session=True,
             cwd="/",
         )
-    with open(record + ".tmp", "w") as handle:
+    fd = os.open(record + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as handle:
         json.dump({"pid": proc.pid, "run_id": run_id, "started": time.time()}, handle)
+    os.chmod(record + ".tmp", 0o600)
     os.rename(record + ".tmp", record)
     return proc.pid
 

@@ -22,6 +22,7 @@ import time
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.common import process
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import HostLocked, lease_ticker
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import LeaseRenewalFailed
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import DEFAULT_STEPS_OTHER, Monitor
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.bench import (
     COMMAND_FORMAT,
@@ -62,6 +63,8 @@ def run_process(what, argv, env, timeout, cpus=None, cwd=None, run_id=None):
         )
     except HostLocked as exc:
         raise BenchFailure("Failed to measure a block: %s" % exc, failure="lease_lost", lease_lost=True) from None
+    except LeaseRenewalFailed as exc:
+        raise BenchFailure("Failed to measure a block: %s" % exc, failure="lease_lost") from None
     except (OSError, ValueError) as exc:
         raise BenchFailure("Failed to start %s: %s" % (what, exc), cmd=argv, failure="start") from None
     if timed_out:
@@ -90,6 +93,8 @@ def run_builtin(params):
             rc, out, err = run_in_runner(params, json.loads(program_args(params, requested)), params["env"], renew)
         except HostLocked as exc:
             raise BenchFailure("Failed to measure a block: %s" % exc, failure="lease_lost", lease_lost=True) from None
+        except LeaseRenewalFailed as exc:
+            raise BenchFailure("Failed to measure a block: %s" % exc, failure="lease_lost") from None
     else:
         with process.private_program(program_source(), "stacktune-bench-", PROGRAM_NAME) as (tmpdir, path):
             argv = [python, path, program_args(params, requested)]

@@ -1,5 +1,6 @@
 """Two runs against one host: the host's flock and its run lock (a lease) keep them apart."""
 
+import errno
 import json
 import os
 import subprocess
@@ -12,8 +13,10 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal impor
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import (
     HostLocked,
     LeaseLost,
+    Clock,
     LockTimeout,
     RunLock,
+    UnreadableLock,
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.trust import UntrustedJournal
 
@@ -157,11 +160,145 @@ def test_own_expired_lease_is_renewed_when_nobody_took_it(tmp_path):
     assert not lock.holder()["expired"]
 
 
-def test_torn_lock_file_is_not_a_lease(tmp_path):
+def test_torn_lock_file_is_refused_naming_it_never_a_free_host(tmp_path):
     lock = RunLock(str(tmp_path))
-    os.makedirs(lock.directory)
+    lock.take("run-a", None, 600)
     with open(lock.path, "w") as handle:
         handle.write('{"run_id": "x", "exp')
+    for call in (lock.holder, lambda: lock.check("run-b"), lambda: lock.take("run-b", None, 600)):
+        with pytest.raises(UnreadableLock, match="run lock %s cannot be read.*stacktune_lock_break" % lock.path):
+            call()
+    assert lock.release("run-b") == (False, None)  # a refused run's clean-up leaves it too
+    assert any("not released" in n and "cannot be read" in n for n in lock.notes)
+    with open(lock.path) as handle:
+        assert handle.read() == '{"run_id": "x", "exp'  # refused: left as found
+    with open(lock.path, "w") as handle:
+        handle.write("[1, 2]")
+    with pytest.raises(UnreadableLock, match="holds no lease record"):
+        lock.holder()
+    lock.take("run-b", None, 600, force=True)  # breaking the lock replaces it
+    assert lock.holder()["run_id"] == "run-b"
+
+
+class SteppedClock(Clock):
+    """A stand-in clock the lock reads: the wall clock steps, the boot clock does not."""
+
+    def __init__(self):
+        self.step = 0.0
+
+    def wall(self):
+        return time.time() + self.step
+
+
+def test_a_wall_clock_step_neither_ends_nor_extends_a_lease(tmp_path):
+    clock = SteppedClock()
+    lock = RunLock(str(tmp_path), clock=clock)
+    lock.take("run-a", None, 60, controller={"host": "ctl", "pid": 1})
+    clock.step = 2 * 3600.0  # an NTP correction or a VM resume: two hours forward
+    assert not lock.holder()["expired"]
+    with pytest.raises(HostLocked, match="locked by stacktune run run-a"):
+        lock.take("run-b", None, 60)
+    lock.renew("run-a")  # the renewal notices the jump and says so
+    assert lock.holder()["clock_step"]["seconds"] == 7200
+    assert any("wall clock jumped +7200s" in n for n in lock.notes), lock.notes
+    assert "the wall clock jumped +7200s" in lock.describe(lock.holder())
+    clock.step = -3600.0  # and back (and more): the lease does not last longer for it
+    assert not lock.holder()["expired"]
+    raw, past = lock._read()  # pylint: disable=protected-access
+    raw["expires_boot"] = clock.boot() - 1  # its boot-clock time ran out
+    lock._write(raw, past)  # pylint: disable=protected-access
+    assert lock.holder()["expired"]
+
+
+def test_a_lease_of_another_boot_is_judged_on_wall_time(tmp_path):
+    lock = RunLock(str(tmp_path))
+    lock.take("run-a", None, 60)
+    raw, past = lock._read()  # pylint: disable=protected-access
+    lock._write(dict(raw, boot_id="an-earlier-boot", expires_boot=0.0), past)  # pylint: disable=protected-access
+    assert not lock.holder()["expired"]  # wall time says 60 s left
+    lock._write(dict(raw, boot_id="an-earlier-boot", expires_ts=time.time() - 1), past)  # pylint: disable=protected-access
+    assert lock.holder()["expired"]
+
+
+def test_a_second_holder_with_the_same_run_id_is_refused(tmp_path):
+    lock = RunLock(str(tmp_path))
+    first = {"host": "ctl", "pid": 100, "pid_start": 5}
+    lock.take("20260101T000000Z", None, 600, controller=first)
+    with pytest.raises(HostLocked, match="locked by stacktune run 20260101T000000Z"):
+        lock.take("20260101T000000Z", None, 600, controller={"host": "ctl", "pid": 101, "pid_start": 9})
+    lock.take("20260101T000000Z", None, 600, controller=first)  # the same controller renews
+    assert lock.holder()["controller"] == first
+
+
+HOLD = """
+import sys, time
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import RunLock
+lock = RunLock(sys.argv[1])
+assert lock.hold(5)
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def test_a_held_run_hold_refuses_a_second_run_whatever_the_record_says(tmp_path):
+    """Exclusion rests on a process holding run.hold (the run's watchdog), not on the record."""
+    lock = RunLock(str(tmp_path))
+    lock.take("run-a", None, 1)
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(COLLECTIONS))
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path), "60"], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout.readline().strip() == "held"
+        raw, past = lock._read()  # pylint: disable=protected-access
+        lock._write(dict(raw, expires_ts=0.0, expires_boot=0.0), past)  # pylint: disable=protected-access
+        assert lock.holder()["expired"] and lock.held()
+        with pytest.raises(HostLocked, match="its lease looks run out, but its watchdog still holds .*run.hold"):
+            lock.take("run-b", None, 60)
+        lock._write(None, past)  # pylint: disable=protected-access
+        with pytest.raises(HostLocked, match="a stacktune process holds the host .*run.hold"):
+            lock.take("run-b", None, 60)
+        assert lock.holder() is None
+    finally:
+        child.kill()
+        child.wait()
+    assert not lock.held()  # the holder is gone: its flock went with it
+    lock.take("run-b", None, 60)
+    assert lock.holder()["run_id"] == "run-b"
+
+
+@pytest.fixture
+def full_tmpfs(tmp_path):
+    """A 64 KiB tmpfs (root only) filled to the last block: a real ENOSPC."""
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], check=False).returncode:
+        pytest.skip("mounting a tmpfs needs root")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def fill(directory):
+    """Write until the file system has no block left (ENOSPC)."""
+    fd = os.open(os.path.join(str(directory), "filler"), os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, b"x" * 512)
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC
+    finally:
+        os.close(fd)
+
+
+def test_release_on_a_full_disk_frees_the_host(full_tmpfs):
+    lock = RunLock(str(full_tmpfs))
+    lock.take("run-a", None, 600)
+    fill(full_tmpfs)
+    with pytest.raises(OSError, match="No space left"):
+        lock.take("run-a", None, 600)  # a renewal needs a new file: it fails
+    released, _holder = lock.release("run-a")
+    assert released and os.path.getsize(lock.path) == 0
+    assert any("could not be rewritten" in n and "No space left" in n for n in lock.notes)
     assert lock.holder() is None
     lock.check("run-b")
 
@@ -197,3 +334,20 @@ def test_a_lock_file_others_can_write_is_refused(tmp_path):
     os.chmod(lock.path, 0o666)
     with pytest.raises(UntrustedJournal, match="writable by its group or by others"):
         lock.take("run-b", None, 60)
+
+
+def test_a_lease_renewal_on_a_full_disk_says_so(full_tmpfs, monkeypatch):
+    """The measured block's renewal meets a full disk: the block stops naming it, never 'unknown error'."""
+    from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import LeaseRenewalFailed, lease_ticker
+    from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import measure
+    from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.bench import BenchFailure
+
+    lock = RunLock(str(full_tmpfs))
+    lock.take("run-a", None, 600)
+    fill(full_tmpfs)
+    with pytest.raises(LeaseRenewalFailed, match="could not renew run run-a's lease in .*No space left on device"):
+        lease_ticker("run-a", root=str(full_tmpfs))()
+    monkeypatch.setattr(measure, "lease_ticker", lambda run_id: lease_ticker(run_id, root=str(full_tmpfs)))
+    with pytest.raises(BenchFailure, match="Failed to measure a block: could not renew .*No space left on device"):
+        measure.run_process("workload x", [sys.executable, "-c", "pass"], dict(os.environ), 30, run_id="run-a")
+    assert lock.holder()["run_id"] == "run-a"  # nothing else changed: the run's rescue gives the host back

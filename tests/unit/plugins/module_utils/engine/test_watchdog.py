@@ -8,6 +8,8 @@ imports it from its copy of the module's payload on a real host.
 
 import json
 import os
+import signal
+import subprocess
 import time
 
 import pytest
@@ -16,7 +18,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine import watchd
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.engine import Engine
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import open_journal
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context
-from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import LeaseLost, RunLock
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import HostLocked, LeaseLost, RunLock
 
 JOURNAL = "/var/lib/stacktune"
 SPECS = [{"kind": "sysctl", "key": "vm.swappiness", "value": 10}]
@@ -40,7 +42,7 @@ def swappiness(root):
 def expire(root, run_id="run-a"):
     lock = RunLock(str(root))
     holder = lock.holder()
-    raw = dict(holder, expires_ts=time.time() - 1)
+    raw = dict(holder, expires_ts=time.time() - 1, expires_boot=lock.clock.boot() - 1)
     raw.pop("expired", None)
     # the clock is not ours to move: the lease is written as expired
     lock._write(raw, lock.past())  # pylint: disable=protected-access
@@ -129,3 +131,76 @@ def _zombie(pid):
             return handle.read().split(")")[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def controller_of(pid):
+    from ansible_collections.stacktune.gpu.plugins.module_utils.common.hostproc import (
+        boot_id,
+        pid_namespace,
+        process_start,
+    )
+
+    return {"host": "ctl", "boot_id": boot_id(), "pid_ns": pid_namespace(), "pid": pid, "pid_start": process_start(pid)}
+
+
+def test_the_watchdog_holds_the_host_and_never_ends_a_live_controllers_lease(fakeroot):
+    """A clock that says the lease ran out ends nothing while the controller runs here, and
+    no second run takes the host while the watchdog holds run.hold."""
+    lock = RunLock(str(fakeroot))
+    lock.take("run-a", "alice@ctl", 60, entry="tune", controller=controller_of(os.getpid()))
+    Engine(Context("kernel", root=str(fakeroot)), open_journal(JOURNAL, str(fakeroot))).apply(SPECS, "run-a")
+    pid = watchdog.spawn("run-a", JOURNAL, str(fakeroot))
+    folder = os.path.join(str(fakeroot), JOURNAL.lstrip("/"))
+    assert oct(os.stat(folder).st_mode & 0o777) == "0o700"
+    assert oct(os.stat(os.path.join(folder, "watchdog", "run-a.json")).st_mode & 0o777) == "0o600"
+    try:
+        assert wait_for(lock.held), "the watchdog did not take run.hold"
+        expire(fakeroot)  # as a stepped clock would make it look
+        time.sleep(2 * watchdog.POLL_S + 0.5)
+        assert lock.holder()["run_id"] == "run-a" and swappiness(fakeroot) == "10"  # not ended
+        with pytest.raises(HostLocked, match="its watchdog still holds"):
+            RunLock(str(fakeroot)).take("run-b", "bob@ctl", 60)
+        lock.release("run-a")
+        assert wait_for(lambda: not lock.held()), "the watchdog did not end with its run"
+        RunLock(str(fakeroot)).take("run-b", "bob@ctl", 60)
+    finally:
+        if os.path.exists("/proc/%d" % pid) and not _zombie(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_rollback_stopped_by_a_signal_gives_the_host_back_and_says_what_to_run(fakeroot):
+    engine = Engine(Context("kernel", root=str(fakeroot)), open_journal(JOURNAL, str(fakeroot)))
+    engine.apply(SPECS, "tune-1")
+    engine.keep("tune-1")
+    controller = subprocess.Popen(["sleep", "60"])  # the rollback's ansible-playbook
+    lock = RunLock(str(fakeroot))
+    lock.take("rollback-1", "alice@ctl", 600, entry="rollback", controller=controller_of(controller.pid))
+    controller.send_signal(signal.SIGTERM)  # ansible-playbook ends without running its rescue
+    controller.wait()
+    out = watchdog.watch("rollback-1", JOURNAL, str(fakeroot), sleep=lambda _s: None)
+    assert "rollback run rollback-1 was stopped" in out["note"] and "kernel kept" in out["note"]
+    assert "run playbooks/rollback.yml again to finish" in out["note"]
+    assert lock.holder() is None  # the host is free at once, not at the lease's end
+    nxt = RunLock(str(fakeroot))
+    nxt.take("rollback-2", "alice@ctl", 600, entry="rollback")
+    assert any("watchdog ended the last run: rollback run rollback-1 was stopped" in n for n in nxt.notes)
+    with pytest.raises(LeaseLost, match="run playbooks/rollback.yml again"):
+        lock.renew("rollback-1")
+
+
+def test_a_torn_lock_record_does_not_end_the_watchdog(fakeroot):
+    """The watchdog keeps holding the host while the record cannot be read, and acts once it can."""
+    applied(fakeroot)
+    lock = RunLock(str(fakeroot))
+    raw, past = lock._read()  # pylint: disable=protected-access
+    with open(lock.path, "w") as handle:
+        handle.write('{"holder": {"run_id": "run-a", "exp')
+    looks = []
+
+    def sleep(_s):
+        looks.append(1)
+        if len(looks) == 3:  # the record is whole again, and the lease has run out
+            lock._write(dict(raw, expires_ts=0.0, expires_boot=0.0), past)  # pylint: disable=protected-access
+
+    out = watchdog.watch("run-a", JOURNAL, str(fakeroot), sleep=sleep)
+    assert len(looks) == 3 and out["put_back"] == ["kernel"] and swappiness(fakeroot) == "60"
