@@ -1,0 +1,535 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Searching candidate values of one setting inside one running program.
+
+A setting given a list of candidate values (or a range ``{from, to, step}``) is searched: each
+candidate is an arm, and so is the host's own value. The arms are switched between windows of
+ONE running program (the live trial's windows: ``measure()`` returns one), each round visiting
+every arm still in the search once, in an order drawn at random per round. After
+``min_rounds`` rounds the arms shown worse than the best are dropped as the search goes; it
+stops when the best is resolved against every arm left (shown better, or within the
+tolerance), or at ``max_rounds`` / ``max_seconds``. Then the chosen value against the host's
+own value is judged as every change is (``blocks.judge_blocks`` under the layer's policy): a
+search never keeps what the gate would not.
+
+Objectives: ``throughput`` (the most throughput whose tail and stalls stay within tolerance of
+the host's) and ``efficiency`` (the least energy per step whose throughput is within
+``max_slowdown`` of the host's, tail and stalls within tolerance). Energy comes from the
+window's ``energy_mj`` (NVML's total-energy counter per GPU, read at the window's edges); a
+window without it has energy "not measured", never zero.
+
+Pure Python: ``switch(value)`` (None: the host's own value) and ``measure()`` are the callers'.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import math
+
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.stats import mean, quantile, stdev, t_ppf
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.blocks import arm_effect, judge_blocks
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import (
+    DEFAULTS,
+    TAIL_DIMENSIONS,
+    look_confidence,
+)
+
+OBJECTIVES = ("throughput", "efficiency")
+# The most candidates one setting may be given: each is an arm of every round.
+MAX_CANDIDATES = 16
+# The search's budget when the caller gives none: rounds before the first look and at most,
+# and seconds of measuring at most (6 arms of 3-s windows: 5 rounds in 90 s).
+SEARCH_BUDGET = {"min_rounds": 2, "max_rounds": 6, "max_seconds": 90}
+# What the host's own value is called in the search's arms and report.
+HOST = "host"
+
+
+class CandidateError(ValueError):
+    """A candidate list or range is malformed, or one candidate is not a valid value."""
+
+
+class SearchBroken(Exception):
+    """The program fails with the host's own value too: nothing can be searched."""
+
+
+def is_candidates(raw):
+    """True when a variable's value asks for a search: a list, or a dict with ``from``."""
+    return isinstance(raw, (list, tuple)) or (isinstance(raw, dict) and "from" in raw)
+
+
+def expand_candidates(name, raw, check_one=None):
+    """The candidate values of variable ``name``: a list as given, or a range ``{"from", "to",
+    "step"}`` (inclusive at both ends when the steps reach ``to``), each checked with
+    ``check_one(value)`` (raises ValueError; returns the value as normalized). Duplicates are
+    dropped in order. Raises CandidateError naming the variable and the bad candidate."""
+    if isinstance(raw, dict):
+        unknown = sorted(set(raw) - {"from", "to", "step"})
+        if unknown or not {"from", "to", "step"} <= set(raw):
+            raise CandidateError("%s: a range of candidates is {from, to, step}, got %r" % (name, raw))
+        lo, hi, step = raw["from"], raw["to"], raw["step"]
+        for key, v in (("from", lo), ("to", hi), ("step", step)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise CandidateError("%s.%s must be a number, got %r" % (name, key, v))
+        if step == 0 or (hi - lo) * step < 0:
+            raise CandidateError("%s: step %r does not lead from %r to %r" % (name, step, lo, hi))
+        count = int(math.floor((hi - lo) / float(step) + 1e-9)) + 1
+        if count > MAX_CANDIDATES:
+            raise CandidateError("%s: the range gives %d candidates; at most %d" % (name, count, MAX_CANDIDATES))
+        values = [lo + i * step for i in range(count)]
+        values = [int(v) if float(v).is_integer() and isinstance(step, int) else v for v in values]
+    elif isinstance(raw, (list, tuple)):
+        values = list(raw)
+    else:
+        raise CandidateError("%s: candidates are a list or {from, to, step}, got %r" % (name, raw))
+    if not values:
+        raise CandidateError("%s: the candidate list is empty" % name)
+    if len(values) > MAX_CANDIDATES:
+        raise CandidateError("%s: %d candidates; at most %d" % (name, len(values), MAX_CANDIDATES))
+    out = []
+    for given in values:
+        if isinstance(given, (list, dict)):
+            raise CandidateError("%s: candidate %r is not a single value" % (name, given))
+        v = given
+        if check_one is not None:
+            try:
+                v = check_one(given)
+            except ValueError as exc:
+                raise CandidateError("%s: candidate %r: %s" % (name, given, exc)) from None
+        if v not in out:
+            out.append(v)
+    return out
+
+
+def search_plan(name, candidates, host_value, objective, budget=None, window_s=3):
+    """The search in words, for check mode: what is switched, how often and for how long."""
+    b = dict(SEARCH_BUDGET, **(budget or {}))
+    arms = len([c for c in candidates if c != host_value]) + 1
+    return (
+        "search %s over %s against the host's own value (%s), objective %s: %d arms switched in ONE running "
+        "program, %d-s windows in a random order per round, %d to %d rounds, at most %d s"
+        % (
+            name,
+            ", ".join(str(c) for c in candidates),
+            host_value if host_value is not None else "as found",
+            objective,
+            arms,
+            window_s,
+            b["min_rounds"],
+            b["max_rounds"],
+            b["max_seconds"],
+        )
+    )
+
+
+# ------------------------------------------------------------------ per arm
+
+
+def _half(values, confidence):
+    """Half-width of a Student-t interval on the mean of ``values`` (None below two)."""
+    if len(values) < 2:
+        return None
+    return t_ppf(0.5 + confidence / 2.0, len(values) - 1) * stdev(values) / math.sqrt(len(values))
+
+
+def window_energy(window):
+    """``(joules per step, watts)`` of one window, or None when its energy was not measured."""
+    mj = window.get("energy_mj")
+    steps = window.get("samples_ms") or []
+    if not mj or any(v is None for v in mj) or not steps:
+        return None
+    joules = math.fsum(mj) / 1000.0
+    span = window.get("span_s") or math.fsum(steps) / 1000.0
+    return joules / len(steps), (joules / span if span > 0 else None)
+
+
+def arm_summary(windows, stall_ms, confidence=0.95):
+    """One arm's row: throughput (steps/s), median, p99, stalls and energy with their noise
+    (half-widths of the interval over its windows; energy None when not measured)."""
+    if not windows:
+        return {"windows": 0}
+    steps = sorted(v for w in windows for v in w["samples_ms"])
+    tps = [1000.0 / mean(w["samples_ms"]) for w in windows]
+    row = {
+        "windows": len(windows),
+        "steps": len(steps),
+        "throughput": mean(tps),
+        "throughput_half": _half(tps, confidence),
+        "p50_ms": quantile(steps, 0.5),
+        "p99_ms": quantile(steps, 0.99),
+        "stalls": sum(1 for v in steps if v > stall_ms) / float(len(steps)) if stall_ms else 0.0,
+        "j_per_step": None,
+        "j_per_step_half": None,
+        "watts": None,
+        "watts_half": None,
+        "energy": "not measured",
+    }
+    energy = [window_energy(w) for w in windows]
+    if all(e is not None for e in energy):
+        js = [e[0] for e in energy]
+        ws = [e[1] for e in energy if e[1] is not None]
+        row.update(
+            j_per_step=mean(js),
+            j_per_step_half=_half(js, confidence),
+            watts=mean(ws) if ws else None,
+            watts_half=_half(ws, confidence),
+            energy="measured",
+        )
+    return row
+
+
+def replay(windows_by_arm, rng):
+    """``(switch, measure)`` that replay recorded windows: ``windows_by_arm`` maps a value (None
+    for the host's own value) to its recorded windows; each window measured is one of the
+    current arm's, drawn at random (benchmarks and tests replay recordings through this)."""
+    state = {"arm": None}
+
+    def switch(value):
+        state["arm"] = value
+
+    def measure():
+        return dict(rng.choice(windows_by_arm[state["arm"]]))
+
+    return switch, measure
+
+
+class Search:
+    """A search of ``candidates`` against the host's own value ``host_value`` in one program.
+
+    ``switch(value)``: put the setting at ``value`` (None: the host's own value) through the
+    settings engine. ``measure()``: one window after the switch's settling, ``{"samples_ms":
+    [...], "energy_mj": [per GPU] or None, "span_s": s}``, or ``{"failed": True, "failure",
+    "error"}``. ``gate``: the checked gate (its settings judge), ``policy``: the layer's.
+    ``rng``: a ``random.Random`` for the order of each round. ``clock``: seconds.
+    """
+
+    def __init__(
+        self,
+        candidates,
+        host_value,
+        switch,
+        measure,
+        settings=None,
+        policy="improve",
+        objective="throughput",
+        max_slowdown=0.05,
+        budget=None,
+        rng=None,
+        clock=None,
+    ):
+        if objective not in OBJECTIVES:
+            raise ValueError("objective must be one of %s, got %r" % (", ".join(OBJECTIVES), objective))
+        if isinstance(max_slowdown, bool) or not isinstance(max_slowdown, (int, float)) or not 0 <= max_slowdown < 1:
+            raise ValueError("max_slowdown must be a number in [0, 1), got %r" % (max_slowdown,))
+        self.host_value = host_value
+        self.candidates = [c for c in candidates if c != host_value]
+        if not self.candidates:
+            raise ValueError("no candidate differs from the host's own value %r" % (host_value,))
+        self.switch = switch
+        self.measure = measure
+        self.settings = dict(DEFAULTS, **(settings or {}))
+        self.policy = policy
+        self.objective = objective
+        self.max_slowdown = float(max_slowdown)
+        self.budget = dict(SEARCH_BUDGET, **(budget or {}))
+        self.rng = rng
+        self.clock = clock
+        self.conf = look_confidence(self.settings["confidence"], self.budget["max_rounds"])
+
+    # ---------------------------------------------------------------- the arms
+    def _value(self, arm):
+        return None if arm == HOST else self.candidates[arm]
+
+    def _name(self, arm):
+        return "the host's own value" if arm == HOST else str(self.candidates[arm])
+
+    def _cmp(self, arm, ref, key):
+        """log(arm / ref) of ``key`` per window: ``(estimate, lo, hi)`` or None."""
+        a, r = self.win[arm], self.win[ref]
+        eff = arm_effect(
+            [math.log(w[key]) for w in r],
+            [math.log(w[key]) for w in a],
+            [w["at"] for w in r],
+            [w["at"] for w in a],
+            self.conf,
+        )
+        return None if eff is None else (eff["delta"], eff["lo"], eff["hi"])
+
+    def _judge(self, arm, final):
+        """``judge_blocks`` of ``arm`` against the host's own value, as the gate judges a layer."""
+        settings = dict(self.settings)
+        if self.objective == "efficiency":
+            # the throughput and the median may give up max_slowdown; the tail keeps its tolerance
+            # a throughput max_slowdown lower is a median step 1 / (1 - max_slowdown) longer, and
+            # every step is slower by it: the tail's tolerance is beyond that
+            longer = 1.0 / (1.0 - self.max_slowdown) - 1.0
+            settings["min_gain"] = min(0.99, max(settings["min_gain"], longer))
+            settings["tail_tolerance"] = min(0.99, (1.0 + settings["tail_tolerance"]) * (1.0 + longer) - 1.0)
+        return judge_blocks(
+            {"blocks": [w["samples_ms"] for w in self.win[HOST]], "at": [w["at"] for w in self.win[HOST]]},
+            {"blocks": [w["samples_ms"] for w in self.win[arm]], "at": [w["at"] for w in self.win[arm]]},
+            policy=self.policy,
+            final=final,
+            looks=self.budget["max_rounds"],
+            **settings,
+        )
+
+    def _energy(self):
+        return all(w.get("j") is not None for ws in self.win.values() for w in ws)
+
+    def _feasible(self, arm):
+        """For ``efficiency``: ``True`` within ``max_slowdown`` of the host's throughput (by the
+        estimate), ``False`` shown beyond it, or the estimate's side while unresolved."""
+        if arm == HOST:
+            return True, True
+        c = self._cmp(arm, HOST, "tp")
+        if c is None:
+            return True, False
+        bound = math.log(1.0 - self.max_slowdown)
+        return c[0] >= bound, (c[2] < bound or c[1] >= bound)
+
+    def _best(self, active):
+        """The best arm of those still in the search by the objective's estimate."""
+        if self.objective == "throughput":
+            return max(active, key=lambda a: mean([w["tp"] for w in self.win[a]]))
+        feasible = [a for a in active if self._feasible(a)[0]]
+        return min(feasible, key=lambda a: mean([w["j"] for w in self.win[a]]))
+
+    def _look(self, active, final):
+        """Drop the arms shown worse; True when the best is resolved against every arm left."""
+        tol = math.log1p(self.settings["min_gain"])
+        if self.objective == "efficiency":
+            for arm in list(active):
+                ok, sure = self._feasible(arm)
+                if not ok and sure:
+                    self._drop(
+                        active,
+                        arm,
+                        "throughput more than %.0f%% below the host's (max_slowdown)" % (self.max_slowdown * 100),
+                    )
+        best = self._best(active)
+        key = "tp" if self.objective == "throughput" else "j"
+        sign = 1.0 if self.objective == "throughput" else -1.0
+        resolved = True
+        for arm in list(active):
+            if arm == best:
+                continue
+            c = self._cmp(arm, best, key)
+            if c is None:
+                resolved = False
+                continue
+            lo, hi = (c[1], c[2]) if sign > 0 else (-c[2], -c[1])
+            if hi < 0:
+                if arm != HOST:
+                    what = "throughput" if key == "tp" else "energy per step"
+                    self._drop(active, arm, "%s shown worse than %s's" % (what, self._name(best)))
+            elif not (lo > -tol and hi < tol):
+                resolved = False
+            if self.objective == "efficiency" and arm in active and not self._feasible(arm)[1]:
+                resolved = False
+        for arm in list(active):
+            if arm == HOST:
+                continue
+            judged = self._judge(arm, final)
+            worse = [d for d in TAIL_DIMENSIONS if judged["verdicts"].get(d) == "worse"]
+            if worse:
+                self._drop(active, arm, "%s shown worse than with the host's own value" % " and ".join(worse))
+                resolved = resolved and arm != best
+        if best not in active:
+            best = self._best(active)
+        return best, resolved
+
+    def _drop(self, active, arm, why):
+        active.remove(arm)
+        self.dropped[arm] = why
+
+    # ---------------------------------------------------------------- the run
+    def run(self):
+        clock = self.clock
+        started = clock() if clock else 0.0
+        arms = [HOST] + list(range(len(self.candidates)))
+        self.win = {a: [] for a in arms}
+        self.dropped, self.failures = {}, {}
+        active = list(arms)
+        position, rounds, best, resolved, current = 0, 0, HOST, False, "unset"
+        stop = "max_rounds"
+
+        def take(arm):
+            nonlocal position, current
+            if arm != current:
+                self.switch(self._value(arm))
+                current = arm
+            out = self.measure()
+            position += 1
+            if out.get("failed"):
+                return out
+            steps = out["samples_ms"]
+            e = window_energy(out)
+            self.win[arm].append(
+                dict(out, at=position, tp=1000.0 / mean(steps), j=e[0] if e else None, w=e[1] if e else None)
+            )
+            return out
+
+        while rounds < self.budget["max_rounds"]:
+            order = list(active)
+            if self.rng is not None:
+                self.rng.shuffle(order)
+            for arm in order:
+                if arm not in active:
+                    continue
+                out = take(arm)
+                if not out.get("failed"):
+                    continue
+                if arm == HOST:
+                    raise SearchBroken("the program fails with the host's own value: %s" % out.get("error"))
+                # a candidate's window failed: does the program run with the host's own value?
+                confirm = take(HOST)
+                if confirm.get("failed"):
+                    raise SearchBroken("the program fails with the host's own value: %s" % confirm.get("error"))
+                self.failures[arm] = out.get("error") or out.get("failure")
+                self._drop(
+                    active,
+                    arm,
+                    "the program %s with it: %s"
+                    % ("hangs" if out.get("failure") == "hang" else "fails", self.failures[arm]),
+                )
+            rounds += 1
+            if rounds >= self.budget["min_rounds"]:
+                if self.objective == "efficiency" and not self._energy():
+                    stop = "energy not measured"
+                    break
+                best, resolved = self._look(active, final=False)
+                if resolved or len(active) == 1:
+                    stop = "resolved"
+                    break
+            if clock is not None:
+                spent = clock() - started
+                if spent + spent / rounds > self.budget["max_seconds"]:
+                    stop = "max_seconds"
+                    break
+        if stop not in ("resolved", "energy not measured") and rounds >= 1:
+            if len(active) > 1 and all(len(self.win[a]) >= 2 for a in active):
+                best, resolved = self._look(active, final=True)
+            elif active:
+                best = active[0] if len(active) == 1 else HOST
+        if current != HOST:
+            self.switch(None)  # the host's own value again before the decision is taken
+            current = HOST
+        return self._result(best, active, rounds, stop, started)
+
+    def _result(self, best, active, rounds, stop, started):
+        stall_ms = (
+            self.settings["stall_factor"]
+            * quantile(sorted(quantile(sorted(w["samples_ms"]), 0.5) for w in self.win[HOST]), 0.5)
+            if self.win[HOST]
+            else None
+        )
+        rows = []
+        for arm in [HOST] + list(range(len(self.candidates))):
+            row = arm_summary(self.win[arm], stall_ms, self.conf)
+            row["value"] = self.host_value if arm == HOST else self.candidates[arm]
+            row["arm"] = "host" if arm == HOST else "candidate"
+            row["status"] = "dropped" if arm in self.dropped else "kept in"
+            row["why"] = self.dropped.get(arm, "")
+            rows.append(row)
+        out = {
+            "objective": self.objective,
+            "max_slowdown": self.max_slowdown if self.objective == "efficiency" else None,
+            "rounds": rounds,
+            "stop": stop,
+            "windows": sum(len(w) for w in self.win.values()),
+            "seconds": round(self.clock() - started, 1) if self.clock else None,
+            "failures": {str(self.candidates[a]): e for a, e in self.failures.items()},
+            "rows": rows,
+        }
+        if stop == "energy not measured":
+            out.update(
+                chosen=self.host_value,
+                decision="rollback",
+                reason="objective efficiency needs energy per step, and energy is not measured on this host "
+                "(NVML's total-energy counter); the host's own value is kept",
+            )
+            rows[0]["status"] = "chosen"
+            return out
+        if best == HOST:
+            out.update(
+                chosen=self.host_value,
+                decision="rollback",
+                reason="the host's own value (%s) is the best by %s%s; it is kept"
+                % (self.host_value, self.objective, "" if stop == "resolved" else " (not resolved: %s)" % stop),
+            )
+            rows[0]["status"] = "chosen"
+            return out
+        judged = self._judge(best, final=True)
+        value = self.candidates[best]
+        out["judged"] = {k: judged.get(k) for k in ("decision", "reason", "verdicts")}
+        keep = self._keeps(best, judged)
+        out["chosen"] = value if keep else self.host_value
+        rows[1 + best]["status"] = "chosen" if keep else "best, not kept"
+        if not keep:
+            rows[0]["status"] = "chosen"
+        head = "%s is the best by %s%s" % (value, self.objective, "" if stop == "resolved" else " (%s)" % stop)
+        if keep:
+            out.update(
+                decision="keep",
+                reason="%s; against the host's own value (%s): %s"
+                % (head, self.host_value, self._why_kept(best, judged)),
+            )
+        else:
+            out.update(
+                decision="rollback",
+                reason="%s; the gate does not keep it against the host's own value (%s): %s"
+                % (head, self.host_value, self._why_not(best, judged)),
+            )
+        return out
+
+    def _keeps(self, best, judged):
+        if self.objective == "throughput":
+            return judged["decision"] == "keep"
+        if any(v == "worse" for v in judged["verdicts"].values()) or not self._feasible(best)[0]:
+            return False
+        c = self._cmp(best, HOST, "j")
+        return c is not None and c[2] < math.log(1.0 - self.settings["min_gain"])
+
+    def _why_kept(self, best, judged):
+        if self.objective == "throughput":
+            return judged.get("reason") or "kept"
+        c = self._cmp(best, HOST, "j")
+        t = self._cmp(best, HOST, "tp")
+        return (
+            "energy per step %+.1f%% ±%.1f%%, throughput %+.1f%% (within %.0f%%), tail and stalls within tolerance"
+            % (
+                math.expm1(c[0]) * 100,
+                (math.expm1(c[2]) - math.expm1(c[1])) * 50,
+                math.expm1(t[0]) * 100,
+                self.max_slowdown * 100,
+            )
+        )
+
+    def _why_not(self, best, judged):
+        if self.objective == "throughput":
+            return judged.get("reason") or judged.get("decision")
+        worse = [d for d, v in judged["verdicts"].items() if v == "worse"]
+        if worse:
+            return "%s worse than allowed" % ", ".join(worse)
+        if not self._feasible(best)[0]:
+            return "throughput more than %.0f%% below the host's" % (self.max_slowdown * 100)
+        return "energy per step not shown lower by %.0f%%" % (self.settings["min_gain"] * 100)
+
+
+def choice_line(setting, result):
+    """The search's choice in one line for the run's output."""
+    rows = result.get("rows") or []
+    dropped = sum(1 for r in rows if r.get("status") == "dropped")
+    return "search %s (%s): %s %s; %d of %d candidates dropped, %d rounds, %s" % (
+        setting,
+        result.get("objective"),
+        "chose" if result.get("decision") == "keep" else "kept the host's own value",
+        result.get("chosen"),
+        dropped,
+        max(0, len(rows) - 1),
+        result.get("rounds") or 0,
+        result.get("reason"),
+    )
