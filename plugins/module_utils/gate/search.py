@@ -537,3 +537,95 @@ def choice_line(setting, result):
         result.get("rounds") or 0,
         result.get("reason"),
     )
+
+
+def check_search(raw, window_s=3):
+    """The gate_layer action's ``search`` option, checked: ``{"variable", "candidates": [{"value",
+    "settings": [the layer's setting rows with that value]}], "host_value", "objective",
+    "max_slowdown", "budget"}``, or None when no search is asked for. Raises ValueError naming
+    the key."""
+    if not raw:
+        return None
+    if not isinstance(raw, dict):
+        raise ValueError("search must be a dict (variable, candidates, objective ...), got %r" % (raw,))
+    unknown = sorted(set(raw) - {"variable", "candidates", "host_value", "objective", "max_slowdown", "budget"})
+    if unknown:
+        raise ValueError("search: unknown key(s) %s" % ", ".join(unknown))
+    name = raw.get("variable")
+    if not isinstance(name, str) or not name:
+        raise ValueError("search.variable must name the variable searched, got %r" % (name,))
+    cands = raw.get("candidates")
+    if not isinstance(cands, list) or not cands:
+        raise ValueError("search.candidates must be a list of {value, settings}, got %r" % (cands,))
+    values, settings = [], []
+    for i, c in enumerate(cands):
+        if not isinstance(c, dict) or "value" not in c or not isinstance(c.get("settings"), list):
+            raise ValueError("search.candidates[%d] must be {value, settings: [setting rows]}, got %r" % (i, c))
+        if isinstance(c["value"], (list, dict)):
+            raise ValueError("search.candidates[%d].value must be a single value, got %r" % (i, c["value"]))
+        values.append(c["value"])
+        settings.append(c["settings"])
+    objective = raw.get("objective") or "throughput"
+    if objective not in OBJECTIVES:
+        raise ValueError("search.objective must be one of %s, got %r" % (", ".join(OBJECTIVES), objective))
+    slowdown = raw.get("max_slowdown", 0.05)
+    if isinstance(slowdown, bool) or not isinstance(slowdown, (int, float)) or not 0 <= slowdown < 1:
+        raise ValueError("search.max_slowdown must be a number in [0, 1), got %r" % (slowdown,))
+    budget = dict(SEARCH_BUDGET)
+    for key, value in (raw.get("budget") or {}).items():
+        if key not in SEARCH_BUDGET:
+            raise ValueError("search.budget: unknown key %s (known: %s)" % (key, ", ".join(SEARCH_BUDGET)))
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError("search.budget.%s must be a positive integer, got %r" % (key, value))
+        budget[key] = value
+    if budget["max_rounds"] < budget["min_rounds"]:
+        raise ValueError("search.budget.max_rounds must be at least min_rounds")
+    host = raw.get("host_value")
+    return {
+        "variable": name,
+        "values": values,
+        "settings": settings,
+        "index": {v: i for i, v in enumerate(values)},
+        "host_value": host,
+        "objective": objective,
+        "max_slowdown": float(slowdown),
+        "budget": budget,
+        "plan": search_plan(name, values, host, objective, budget, window_s),
+    }
+
+
+def search_live(search, switch, measure, gate, policy, a_run=None):
+    """Run a checked search (``check_search``) with the caller's ``switch`` and ``measure`` and
+    return the layer's decision record: the choice as ``decision`` (``keep`` the chosen value
+    or ``rollback`` to the host's own), its one line as ``summary``, the rows as ``search``."""
+    import random  # noqa: PLC0415 - only a search draws its order
+    import time  # noqa: PLC0415
+
+    a_run = a_run or {}
+    rng = random.Random("%s/%s/%s" % (a_run.get("run_id") or "manual", a_run.get("layer"), search["variable"]))
+    res = Search(
+        search["values"],
+        search["host_value"],
+        switch,
+        measure,
+        settings=gate.settings,
+        policy=policy,
+        objective=search["objective"],
+        max_slowdown=search["max_slowdown"],
+        budget=search["budget"],
+        rng=rng,
+        clock=time.monotonic,
+    ).run()
+    judged = res.get("judged") or {}
+    line = choice_line(search["variable"], res)
+    return {
+        "decision": res["decision"],
+        "policy": policy,
+        "method": "search",
+        "reason": "%s: %s" % (res["decision"], res["reason"]),
+        "summary": line,
+        "verdicts": judged.get("verdicts") or dict.fromkeys(("throughput", "p50", "tail", "stalls"), "unknown"),
+        "resolved": res["stop"] == "resolved",
+        "search": dict(res, variable=search["variable"]),
+        "seconds": res.get("seconds"),
+    }
