@@ -200,3 +200,56 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="no candidate differs"):
         Search([0], 0, None, None)
     assert HOST == "host"
+
+
+# ------------------------------------------------------------------ the report
+
+
+def test_the_report_has_one_row_per_candidate_and_the_choice():
+    from ansible_collections.stacktune.gpu.plugins.module_utils.gate.search import search_live
+    from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import check_settings
+    from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.decision import details, verdict
+
+    raw = {
+        "variable": "gpu_settings_power_limit_watts",
+        "host_value": 700,
+        "objective": "efficiency",
+        "max_slowdown": 0.05,
+        "candidates": [{"value": v, "settings": [{"kind": "nvml", "value": v}]} for v in CANDIDATES],
+    }
+    from ansible_collections.stacktune.gpu.plugins.module_utils.gate.search import check_search
+
+    search = check_search(raw)
+    assert "gpu_settings_power_limit_watts over 700, 650" in search["plan"]
+    by_arm = {v: POWER[v] for v in CANDIDATES}
+    by_arm[None] = POWER[700]
+    switch, measure = replay(by_arm, random.Random(5))
+    decision = search_live(search, switch, measure, check_settings(), "improve", {"run_id": "r", "layer": "gpu"})
+    assert decision["decision"] == "keep" and decision["search"]["chosen"] == 650
+    line = verdict(decision)
+    assert line.startswith("keep: search gpu_settings_power_limit_watts (efficiency): chose 650")
+    text = "\n".join(details(decision))
+    assert "| value | throughput (steps/s) | median ms | p99 ms | stalls | J/step | W | outcome |" in text
+    assert "| 700 (the host's own) |" in text
+    row650 = next(x for x in text.splitlines() if x.startswith("| 650 |"))
+    assert "chosen" in row650 and " ±" in row650
+    assert sum(1 for x in text.splitlines() if x.startswith("| ") and "dropped" in x) >= 3
+
+
+@pytest.mark.parametrize(
+    ("raw", "words"),
+    [
+        ("x", "search must be a dict"),
+        ({"variable": "v", "candidates": []}, "search.candidates must be a list"),
+        ({"variable": "v", "candidates": [{"value": [1], "settings": []}]}, "single value"),
+        ({"variable": "v", "candidates": [{"value": 1, "settings": []}], "objective": "fast"}, "search.objective"),
+        ({"variable": "v", "candidates": [{"value": 1, "settings": []}], "budget": {"rounds": 2}}, "unknown key"),
+        ({"variable": "v", "candidates": [{"value": 1, "settings": []}], "wat": 1}, "unknown key"),
+    ],
+)
+def test_a_bad_search_option_is_named(raw, words):
+    from ansible_collections.stacktune.gpu.plugins.module_utils.gate.search import check_search
+
+    with pytest.raises(ValueError, match="search") as err:
+        check_search(raw)
+    assert words in str(err.value)
