@@ -277,7 +277,9 @@ class ActionModule(ActionBase):
         if policy not in POLICIES:
             raise AnsibleActionFail("policy must be one of %s, got %r" % (", ".join(POLICIES), policy))
         try:
-            search = check_search(a.get("search"), window_s=gate.budget["window_s"])
+            search = check_search(
+                a.get("search"), window_s=gate.budget["window_s"], max_slowdown=gate.settings["max_slowdown"]
+            )
         except ValueError as exc:
             raise AnsibleActionFail(str(exc)) from None
         if self._play_context.check_mode:
@@ -540,13 +542,17 @@ class ActionModule(ActionBase):
             steps = win["samples_ms"]
             track.update(fresh=False, on=state.get("arm", state["on"]), n=track["n"] + 1)
             wall, track["since"] = now - track["since"], now
+            if "arm" in state:  # a search: the value in place
+                where = "at %s" % ("the host's own value" if state["arm"] is None else state["arm"])
+            else:
+                where = "%s the layer" % ("with" if state["on"] else "without")
             display.display(
-                "    %s: %s window %d %s the layer: %d steps, mean %.3f ms%s"
+                "    %s: %s window %d %s: %d steps, mean %.3f ms%s"
                 % (
                     a["layer"],
                     workload,
                     track["n"],
-                    "with" if state["on"] else "without",
+                    where,
                     len(steps),
                     sum(steps) / len(steps),
                     " (after %d steps not counted: the switch and its settling)" % win.get("dropped", 0)

@@ -31,6 +31,12 @@ import math
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.common.stats import mean, quantile, stdev, t_ppf
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.blocks import arm_effect, judge_blocks
+from ansible_collections.stacktune.gpu.plugins.module_utils.policy.candidates import (  # noqa: F401 - its API
+    MAX_CANDIDATES,
+    CandidateError,
+    expand_candidates,
+    is_candidates,
+)
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import (
     DEFAULTS,
     TAIL_DIMENSIONS,
@@ -38,8 +44,6 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import
 )
 
 OBJECTIVES = ("throughput", "efficiency")
-# The most candidates one setting may be given: each is an arm of every round.
-MAX_CANDIDATES = 16
 # The search's budget when the caller gives none: rounds before the first look and at most,
 # seconds of measuring at most, and windows per visit of an arm (a switch costs the settling
 # dropped after it: two 3-s windows per visit keep the measured steps above 80% of the time).
@@ -48,60 +52,8 @@ SEARCH_BUDGET = {"min_rounds": 2, "max_rounds": 6, "max_seconds": 90, "visit_win
 HOST = "host"
 
 
-class CandidateError(ValueError):
-    """A candidate list or range is malformed, or one candidate is not a valid value."""
-
-
 class SearchBroken(Exception):
     """The program fails with the host's own value too: nothing can be searched."""
-
-
-def is_candidates(raw):
-    """True when a variable's value asks for a search: a list, or a dict with ``from``."""
-    return isinstance(raw, (list, tuple)) or (isinstance(raw, dict) and "from" in raw)
-
-
-def expand_candidates(name, raw, check_one=None):
-    """The candidate values of variable ``name``: a list as given, or a range ``{"from", "to",
-    "step"}`` (inclusive at both ends when the steps reach ``to``), each checked with
-    ``check_one(value)`` (raises ValueError; returns the value as normalized). Duplicates are
-    dropped in order. Raises CandidateError naming the variable and the bad candidate."""
-    if isinstance(raw, dict):
-        unknown = sorted(set(raw) - {"from", "to", "step"})
-        if unknown or not {"from", "to", "step"} <= set(raw):
-            raise CandidateError("%s: a range of candidates is {from, to, step}, got %r" % (name, raw))
-        lo, hi, step = raw["from"], raw["to"], raw["step"]
-        for key, v in (("from", lo), ("to", hi), ("step", step)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise CandidateError("%s.%s must be a number, got %r" % (name, key, v))
-        if step == 0 or (hi - lo) * step < 0:
-            raise CandidateError("%s: step %r does not lead from %r to %r" % (name, step, lo, hi))
-        count = int(math.floor((hi - lo) / float(step) + 1e-9)) + 1
-        if count > MAX_CANDIDATES:
-            raise CandidateError("%s: the range gives %d candidates; at most %d" % (name, count, MAX_CANDIDATES))
-        values = [lo + i * step for i in range(count)]
-        values = [int(v) if float(v).is_integer() and isinstance(step, int) else v for v in values]
-    elif isinstance(raw, (list, tuple)):
-        values = list(raw)
-    else:
-        raise CandidateError("%s: candidates are a list or {from, to, step}, got %r" % (name, raw))
-    if not values:
-        raise CandidateError("%s: the candidate list is empty" % name)
-    if len(values) > MAX_CANDIDATES:
-        raise CandidateError("%s: %d candidates; at most %d" % (name, len(values), MAX_CANDIDATES))
-    out = []
-    for given in values:
-        if isinstance(given, (list, dict)):
-            raise CandidateError("%s: candidate %r is not a single value" % (name, given))
-        v = given
-        if check_one is not None:
-            try:
-                v = check_one(given)
-            except ValueError as exc:
-                raise CandidateError("%s: candidate %r: %s" % (name, given, exc)) from None
-        if v not in out:
-            out.append(v)
-    return out
 
 
 def search_plan(name, candidates, host_value, objective, budget=None, window_s=3):
@@ -539,7 +491,7 @@ def choice_line(setting, result):
     )
 
 
-def check_search(raw, window_s=3):
+def check_search(raw, window_s=3, max_slowdown=0.05):
     """The gate_layer action's ``search`` option, checked: ``{"variable", "candidates": [{"value",
     "settings": [the layer's setting rows with that value]}], "host_value", "objective",
     "max_slowdown", "budget"}``, or None when no search is asked for. Raises ValueError naming
@@ -568,7 +520,7 @@ def check_search(raw, window_s=3):
     objective = raw.get("objective") or "throughput"
     if objective not in OBJECTIVES:
         raise ValueError("search.objective must be one of %s, got %r" % (", ".join(OBJECTIVES), objective))
-    slowdown = raw.get("max_slowdown", 0.05)
+    slowdown = raw.get("max_slowdown", max_slowdown)
     if isinstance(slowdown, bool) or not isinstance(slowdown, (int, float)) or not 0 <= slowdown < 1:
         raise ValueError("search.max_slowdown must be a number in [0, 1), got %r" % (slowdown,))
     budget = dict(SEARCH_BUDGET)
