@@ -6,8 +6,9 @@
 
 The windows are those recorded on one H200 (tests/unit/fixtures/search/, benchmarks/gpu_timeline.py:
 a GPU-bound transformer step, the power limit switched live between windows, NVML's total-energy
-counter read at the windows' edges) where the recording is there, else windows built from the
-curve measured there (tests/unit/plugins/module_utils/gate/search_data.py). Each trial draws
+counter read at the windows' edges; tests/unit/fixtures/settle/: THP and vm.dirty_ratio switched
+on the same program), and windows built from issue 42's table, on which its targets were set
+(tests/unit/plugins/module_utils/gate/search_data.py). Each trial draws
 every window at random from its arm's recorded ones, in the search's own order. The clock runs
 by the windows' spans plus, after each switch, the settling the live trial drops (``--settle``
 seconds and two steps). Per case it prints how often the target was met, the seconds of
@@ -96,56 +97,55 @@ def main():
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--settle", type=float, default=1.0, help="seconds dropped after each switch")
     args = parser.parse_args()
-    power, thp = data.power_windows(), data.thp_windows()
-    source = "recorded" if data.recorded("*power*.json") else "built from the H200 curve (no recording)"
-    print("windows: %s; %d trials per case\n" % (source, args.trials))
+    n, s = args.trials, args.settle
+    thp, dirty = data.thp_windows(), data.dirty_windows()
+    for label, power, slow10 in (
+        ("recorded (tests/unit/fixtures/search/h200_power_curve.json)", data.recorded("*power*.json"), 600),
+        ("built from issue 42's table", data.table_windows(), 550),
+    ):
+        if power is None:
+            continue
+        print("\nwindows %s; %d trials per case\n" % (label, n))
+        print("| case | target | met | chosen (trials) | measuring | share measured | worst arm's throughput +- |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        for host in (700, 450):
+            case(
+                "throughput, host %d W, 6 candidates" % host,
+                "700 W (or within noise)",
+                power,
+                host,
+                CANDIDATES,
+                n,
+                s,
+                lambda c: c in (700, 650),
+            )
+        case(
+            "efficiency, max_slowdown 0.05",
+            "650 W",
+            power,
+            700,
+            CANDIDATES,
+            n,
+            s,
+            lambda c: c == 650,
+            objective="efficiency",
+            max_slowdown=0.05,
+        )
+        case(
+            "efficiency, max_slowdown 0.10",
+            "%d W" % slow10,
+            power,
+            700,
+            CANDIDATES,
+            n,
+            s,
+            lambda c, want=slow10: c == want,
+            objective="efficiency",
+            max_slowdown=0.10,
+        )
+    print("\nwindows recorded on the same program (tests/unit/fixtures/settle); %d trials per case\n" % n)
     print("| case | target | met | chosen (trials) | measuring | share measured | worst arm's throughput +- |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    n, s = args.trials, args.settle
-    case(
-        "throughput, host 700 W, 6 candidates",
-        "700 W (or within noise)",
-        power,
-        700,
-        CANDIDATES,
-        n,
-        s,
-        lambda c: c in (700, 650),
-    )
-    case(
-        "throughput, host 450 W, 6 candidates",
-        "700 W (or within noise)",
-        power,
-        450,
-        CANDIDATES,
-        n,
-        s,
-        lambda c: c in (700, 650),
-    )
-    case(
-        "efficiency, max_slowdown 0.05",
-        "650 W",
-        power,
-        700,
-        CANDIDATES,
-        n,
-        s,
-        lambda c: c == 650,
-        objective="efficiency",
-        max_slowdown=0.05,
-    )
-    case(
-        "efficiency, max_slowdown 0.10",
-        "550 W",
-        power,
-        700,
-        CANDIDATES,
-        n,
-        s,
-        lambda c: c == 550,
-        objective="efficiency",
-        max_slowdown=0.10,
-    )
     case(
         "THP always vs never (host never)",
         "host's value in >= 95%",
@@ -166,6 +166,8 @@ def main():
         s,
         lambda c: c == "always",
     )
+    if dirty:
+        case("vm.dirty_ratio 10 vs 40 (host 40)", "host's value in >= 95%", dirty, 40, [10], n, s, lambda c: c == 40)
 
 
 if __name__ == "__main__":

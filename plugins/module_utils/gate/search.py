@@ -189,7 +189,8 @@ class Search:
         self.budget = dict(SEARCH_BUDGET, **(budget or {}))
         self.rng = rng
         self.clock = clock
-        self.conf = look_confidence(self.settings["confidence"], self.budget["max_rounds"])
+        self.looks = max(1, self.budget["max_rounds"] - self.budget["min_rounds"] + 1)
+        self.conf = look_confidence(self.settings["confidence"], self.looks)
 
     # ---------------------------------------------------------------- the arms
     def _value(self, arm):
@@ -225,7 +226,7 @@ class Search:
             {"blocks": [w["samples_ms"] for w in self.win[arm]], "at": [w["at"] for w in self.win[arm]]},
             policy=self.policy,
             final=final,
-            looks=self.budget["max_rounds"],
+            looks=self.looks,
             **settings,
         )
 
@@ -292,7 +293,24 @@ class Search:
                 resolved = resolved and arm != best
         if best not in active:
             best = self._best(active)
+        if resolved and best != HOST:
+            # the choice against the host's own value must be decided too: more rounds while it is not
+            resolved = self._decided(best)
         return best, resolved
+
+    def _decided(self, best):
+        """Whether the windows decide ``best`` against the host's own value."""
+        if self.objective == "throughput":
+            return bool(self._judge(best, final=False).get("resolved"))
+        c = self._cmp(best, HOST, "j")
+        bound = math.log(1.0 - self.settings["min_gain"])
+        return c is not None and ((c[2] < 0 and c[0] <= bound) or c[1] > bound)
+
+    def _less_energy(self, best):
+        """The gate's rule for better, on energy per step: the interval excludes no change and the
+        estimate reaches ``min_gain`` lower."""
+        c = self._cmp(best, HOST, "j")
+        return c is not None and c[2] < 0 and c[0] <= math.log(1.0 - self.settings["min_gain"])
 
     def _drop(self, active, arm, why):
         active.remove(arm)
@@ -352,6 +370,13 @@ class Search:
                     % ("hangs" if out.get("failure") == "hang" else "fails", self.failures[arm]),
                 )
             rounds += 1
+            if rounds == 1 and clock is not None:
+                # the looks this search can take, planned from what one round cost before any look:
+                # each look's confidence is the gate's shared among them (Bonferroni)
+                per_round = max(clock() - started, 1e-9)
+                fit = min(self.budget["max_rounds"], int(self.budget["max_seconds"] // per_round))
+                self.looks = max(1, fit - self.budget["min_rounds"] + 1)
+                self.conf = look_confidence(self.settings["confidence"], self.looks)
             if rounds >= self.budget["min_rounds"]:
                 if self.objective == "efficiency" and not self._energy():
                     stop = "energy not measured"
@@ -446,8 +471,7 @@ class Search:
             return judged["decision"] == "keep"
         if any(v == "worse" for v in judged["verdicts"].values()) or not self._feasible(best)[0]:
             return False
-        c = self._cmp(best, HOST, "j")
-        return c is not None and c[2] < math.log(1.0 - self.settings["min_gain"])
+        return self._less_energy(best)
 
     def _why_kept(self, best, judged):
         if self.objective == "throughput":

@@ -4,10 +4,11 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Windows of a search's arms for the replay tests and benchmarks/search_replay.py.
 
-A recording of benchmarks/gpu_timeline.py (tests/unit/fixtures/search/*.json: ``windows``, each
-``{"arm", "steps_ms", "energy_mj": [per GPU], "span_s"}``) is read as it is; without one, windows
-are built from the curve measured on one H200 (a GPU-bound transformer step, the power limit
-switched live: step ms, J/step and window CV per limit, issue 42's table).
+Recordings of benchmarks/gpu_timeline.py on one H200 (tests/unit/fixtures/search/ the power
+curve, tests/unit/fixtures/settle/ THP and vm.dirty_ratio arms: ``windows``, each ``{"arm",
+"steps_ms", "energy_mj": [per GPU], "span_s"}``) are read as they are. Windows are also built
+from the curve of issue 42's table (another GPU-bound transformer step on one H200: step ms,
+J/step and window CV per limit), on which the issue set its targets.
 """
 
 import glob
@@ -54,9 +55,10 @@ def _arm_key(arm):
         return arm
 
 
-def recorded(pattern):
-    """Windows per arm of the recordings matching ``pattern`` under the fixtures, or None."""
-    paths = sorted(glob.glob(os.path.join(FIXTURES, pattern)))
+def recorded(pattern, folder=FIXTURES, rename=None):
+    """Windows per arm of the recordings matching ``pattern`` in ``folder``, or None; ``rename``
+    maps a recorded arm's name to the one used here (arms not in it are left out)."""
+    paths = sorted(glob.glob(os.path.join(folder, pattern)))
     if not paths:
         return None
     out = {}
@@ -65,24 +67,38 @@ def recorded(pattern):
             doc = json.load(f)
         for w in doc.get("windows") or []:
             steps = w.get("steps_ms") or w.get("samples_ms")
-            if not steps:
+            arm = _arm_key(w["arm"]) if rename is None else rename.get(w["arm"])
+            if not steps or arm is None:
                 continue
-            out.setdefault(_arm_key(w["arm"]), []).append(
+            out.setdefault(arm, []).append(
                 {"samples_ms": steps, "energy_mj": w.get("energy_mj"), "span_s": w.get("span_s")}
             )
     return out or None
 
 
+def table_windows():
+    """Windows built from issue 42's table (the curve the targets were set on)."""
+    return synthetic(H200_CURVE)
+
+
 def power_windows():
     """The power-limit curve's windows per limit: the recording where there is one."""
-    return recorded("*power*.json") or synthetic(H200_CURVE)
+    return recorded("*power*.json") or table_windows()
+
+
+SETTLE = os.path.join(FIXTURES, "..", "settle")
 
 
 def thp_windows():
     """Two arms that do not matter (THP always / never on a GPU-bound step): the recording
     where there is one, else the 700 W arm's noise for both."""
-    got = recorded("*thp*.json")
+    got = recorded("*thp*.json", SETTLE, {"thp_always": "always", "thp_never": "never"})
     if got:
         return got
     ms, joules, cv = H200_CURVE[700]
     return synthetic({"always": (ms, joules, cv), "never": (ms, joules, cv)}, seed=7)
+
+
+def dirty_windows():
+    """vm.dirty_ratio 10 / 40 on the same GPU-bound step (recorded; None without the recording)."""
+    return recorded("*thp*.json", SETTLE, {"dirty_10": 10, "dirty_40": 40})

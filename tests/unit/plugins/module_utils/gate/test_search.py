@@ -95,9 +95,23 @@ def test_throughput_from_a_low_limit_chooses_the_highest():
     assert res["judged"]["verdicts"]["throughput"] == "better"
 
 
-@pytest.mark.parametrize(("slowdown", "want"), [(0.05, 650), (0.10, 550)])
-def test_efficiency_chooses_the_least_energy_within_the_slowdown(slowdown, want):
-    res = run(700, objective="efficiency", max_slowdown=slowdown)
+TABLE = data.table_windows()
+
+
+@pytest.mark.parametrize(
+    ("windows", "slowdown", "want"),
+    [
+        # issue 42's table: 650 W is -2.4% throughput and -3.9% energy, 550 W -9.5% and -12.4%
+        (TABLE, 0.05, 650),
+        (TABLE, 0.10, 550),
+        # the recorded curve (tests/unit/fixtures/search): 650 W -2.7%, 600 W -5.5%, 550 W -10.1%
+        (POWER, 0.05, 650),
+        (POWER, 0.10, 600),
+    ],
+    ids=["table-0.05", "table-0.10", "recorded-0.05", "recorded-0.10"],
+)
+def test_efficiency_chooses_the_least_energy_within_the_slowdown(windows, slowdown, want):
+    res = run(700, windows=windows, objective="efficiency", max_slowdown=slowdown)
     assert res["chosen"] == want, res["reason"]
     assert res["decision"] == "keep"
     row = next(r for r in res["rows"] if r["value"] == want and r["arm"] == "candidate")
@@ -109,7 +123,8 @@ def test_rows_carry_energy_with_its_noise():
     res = run(700, objective="efficiency", max_slowdown=0.05)
     host = res["rows"][0]
     assert host["arm"] == "host" and host["energy"] == "measured"
-    assert 30 < host["j_per_step"] < 40 and 600 < host["watts"] < 750
+    # recorded at 700 W: 27.1 J per step, 693 W (fixtures/search/h200_power_curve.json summary)
+    assert 26 < host["j_per_step"] < 28.5 and 670 < host["watts"] < 710
     assert host["throughput_half"] < 0.01 * host["throughput"]
 
 
@@ -121,12 +136,17 @@ def test_energy_not_measured_is_never_zero():
     assert res["chosen"] == 700 and "energy is not measured" in res["reason"]
 
 
-def test_candidates_that_do_not_matter_keep_the_host_value():
-    thp = data.thp_windows()
+@pytest.mark.parametrize(
+    ("windows", "host", "other"),
+    [(data.thp_windows(), "never", "always"), (data.thp_windows(), "always", "never"), (data.dirty_windows(), 40, 10)],
+    ids=["thp-never", "thp-always", "dirty-40"],
+)
+def test_candidates_that_do_not_matter_keep_the_host_value(windows, host, other):
+    """THP and vm.dirty_ratio switched live on the recorded GPU-bound step (fixtures/settle)."""
     kept = 0
     for seed in range(40):
-        res = run("never", candidates=["always"], seed=seed, windows=thp)
-        kept += res["chosen"] == "never"
+        res = run(host, candidates=[other], seed=seed, windows=windows)
+        kept += res["chosen"] == host
     assert kept >= 38  # >= 95% of replayed trials
 
 
