@@ -21,7 +21,7 @@ ARGS ?=
 # Extra arguments for benchmarks/gate_replay.py in make bench-gate, e.g. REPLAY_ARGS="--draws 50"
 REPLAY_ARGS ?=
 # Molecule scenarios run by `make test` (space separated); docs/safety.md describes `safety`.
-SCENARIOS ?= default layers gate live failures privileged fleet cpuio cpuio_tree grubby_tree safety faults
+SCENARIOS ?= default layers gate live failures privileged fleet cpuio cpuio_tree grubby_tree safety faults search
 PY_SOURCES := plugins tests benchmarks
 
 .PHONY: tune verify drift rollback calibrate facts test lint sanity unit installed molecule cores deps-cores test-safety test-gpu bench bench-gate bench-facts bench-drift deps-run deps-test image clean

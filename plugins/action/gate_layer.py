@@ -43,6 +43,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import (
     unseen_reason,
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.steps import POLICIES
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.search import SearchBroken, check_search, search_live
 from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.decision import budget_words
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._controller import command
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._interrupt import Guard, Interrupted, write_record
@@ -90,6 +91,7 @@ class ActionModule(ActionBase):
             "runner_socket",
             "runner_for",
             "keep_runner",
+            "search",
         )
     )
 
@@ -274,8 +276,15 @@ class ActionModule(ActionBase):
         policy = a.get("policy", "improve")
         if policy not in POLICIES:
             raise AnsibleActionFail("policy must be one of %s, got %r" % (", ".join(POLICIES), policy))
+        try:
+            search = check_search(
+                a.get("search"), window_s=gate.budget["window_s"], max_slowdown=gate.settings["max_slowdown"]
+            )
+        except ValueError as exc:
+            raise AnsibleActionFail(str(exc)) from None
         if self._play_context.check_mode:
-            result.update(changed=False, skipped=True, msg="check mode: nothing is measured")
+            plan = "; %s" % search["plan"] if search else ""
+            result.update(changed=False, skipped=True, msg="check mode: nothing is measured%s" % plan)
             return result
         changes = a.get("changes") or []
         if not isinstance(changes, list):
@@ -353,7 +362,11 @@ class ActionModule(ActionBase):
         with guard:
             try:
                 self._runner = self._start_runner(workloads, bench, task_vars, for_live=live)
-                if live:
+                if search:
+                    decision, samples = self._search(
+                        search, workloads, bench, gate, policy, live, live_info, guard, state, task_vars
+                    )
+                elif live:
                     decision, samples = self._live(
                         workloads, bench, gate, policy, live_info, set_layer, guard, state, task_vars
                     )
@@ -380,7 +393,7 @@ class ActionModule(ActionBase):
                 raise AnsibleActionFail("Stopped measuring layer %s: %s" % (a["layer"], exc)) from None
             except Interrupted as exc:
                 self._interrupted(exc, state, task_vars, guard.parent)
-            except WorkloadBroken as exc:
+            except (WorkloadBroken, SearchBroken) as exc:
                 self._stop_runner_quietly(task_vars)
                 note = self._put_back(task_vars, "not judged: %s" % exc)
                 raise AnsibleActionFail(
@@ -466,6 +479,42 @@ class ActionModule(ActionBase):
         )
         return decision, samples
 
+    def _search(self, search, workloads, bench, gate, policy, live, live_info, guard, state, task_vars):
+        """A search of candidate values in ONE running program (gate/search.py): each candidate
+        an arm, put in place through the settings engine (the layer switched off, then applied
+        with the candidate's settings); the host's own value is the layer switched off."""
+        if not live:
+            raise AnsibleActionFail("a search of %s needs a live trial: %s" % (search["variable"], live_info))
+        w = workloads[0]
+
+        def switch(value):
+            guard.check()
+            with guard.critical():
+                state["switching"] = True
+                if state["on"]:
+                    self._engine("suspended", task_vars)
+                    state["on"] = False
+                if value is not None:
+                    self._engine(
+                        "present", task_vars, settings=search["settings"][search["index"][value]], retry_rejected=True
+                    )
+                    state["on"] = True
+                state["arm"], state["switching"] = value, False
+
+        self._live_call("started", w, bench, task_vars)
+        try:
+            window = self._window_taker(bench, task_vars, state, guard, float(gate.budget["window_s"]), live_info)
+            decision = search_live(search, switch, lambda: window(w), gate, policy, a_run=self._task.args)
+        finally:
+            self._live_call("stopped", w, bench, task_vars, quiet=True)
+        if decision["decision"] == "keep":
+            switch(decision["search"]["chosen"])  # the chosen value in place, then kept
+        elif not state["on"]:
+            self._engine("reapplied", task_vars)  # on again: the rollback puts back what it changed
+            state["on"] = True
+        display.display("    %s: %s" % (self._task.args["layer"], decision["summary"]))
+        return decision, {w: {"without": [], "with": []}}
+
     def _window_taker(self, bench, task_vars, state, guard, window_s, drop_s):
         """The live trial's ``measure``: one window of the workload's running program."""
         a = self._task.args
@@ -473,7 +522,7 @@ class ActionModule(ActionBase):
 
         def window(workload):
             guard.check()
-            fresh = track["fresh"] or track["on"] != state["on"]
+            fresh = track["fresh"] or track["on"] != state.get("arm", state["on"])
             args = {"seconds": window_s, "fresh": fresh, "drop_s": drop_s if fresh else 0.0}
             args["drop_steps"] = LIVE_DROP_STEPS if fresh else 0
             try:
@@ -491,15 +540,19 @@ class ActionModule(ActionBase):
             win = out["window"]
             now = time.monotonic()
             steps = win["samples_ms"]
-            track.update(fresh=False, on=state["on"], n=track["n"] + 1)
+            track.update(fresh=False, on=state.get("arm", state["on"]), n=track["n"] + 1)
             wall, track["since"] = now - track["since"], now
+            if "arm" in state:  # a search: the value in place
+                where = "at %s" % ("the host's own value" if state["arm"] is None else state["arm"])
+            else:
+                where = "%s the layer" % ("with" if state["on"] else "without")
             display.display(
-                "    %s: %s window %d %s the layer: %d steps, mean %.3f ms%s"
+                "    %s: %s window %d %s: %d steps, mean %.3f ms%s"
                 % (
                     a["layer"],
                     workload,
                     track["n"],
-                    "with" if state["on"] else "without",
+                    where,
                     len(steps),
                     sum(steps) / len(steps),
                     " (after %d steps not counted: the switch and its settling)" % win.get("dropped", 0)
@@ -507,7 +560,14 @@ class ActionModule(ActionBase):
                     else "",
                 )
             )
-            return {"samples_ms": steps, "wall_s": wall, "measured_s": sum(steps) / 1000.0, "throughput": None}
+            return {
+                "samples_ms": steps,
+                "wall_s": wall,
+                "measured_s": sum(steps) / 1000.0,
+                "throughput": None,
+                "energy_mj": win.get("energy_mj"),
+                "span_s": win.get("span_s"),
+            }
 
         return window
 

@@ -57,6 +57,12 @@ options:
       [0, 1).
     type: float
     default: 0.005
+  max_slowdown:
+    description:
+    - Searches with objective efficiency only. How much lower (as a fraction) the throughput may be than
+      with the host's own value for a candidate that spends less energy per step (0.05 = 5%). In [0, 1).
+    type: float
+    default: 0.05
 """
 
     # extends_documentation_fragment: stacktune.gpu.gate_settings.gate
@@ -105,6 +111,13 @@ options:
           In [0, 1).
         type: float
         default: 0.005
+      max_slowdown:
+        description:
+        - Searches with objective efficiency only. How much lower (as a fraction) the throughput may be
+          than with the host's own value for a candidate that spends less energy per step (0.05 = 5%).
+          In [0, 1).
+        type: float
+        default: 0.05
 """
 
     # extends_documentation_fragment: stacktune.gpu.gate_settings.budget

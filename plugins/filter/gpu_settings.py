@@ -11,24 +11,44 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.policy import layers
+from ansible_collections.stacktune.gpu.plugins.module_utils.policy import candidates, layers
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._plain import plain
 
 
 def gpu_settings_settings(
-    gpus, persistence_mode=None, power_limit_w=None, compute_mode=None, app_clocks=None, gpu_count=0, enabled=True
+    gpus,
+    persistence_mode=None,
+    power_limit_w=None,
+    compute_mode=None,
+    app_clocks=None,
+    gpu_count=0,
+    enabled=True,
+    search=False,
 ):
-    """One NVML setting per value that is not null and per GPU."""
+    """One NVML setting per value that is not null and per GPU. A power limit given as
+    candidates puts the first in place; with ``search`` the filter returns instead what the
+    gate searches (every candidate with its settings), or None when there is one value."""
     gpus = plain(gpus)
     if gpus != "all" and not isinstance(gpus, list):
         raise AnsibleFilterError("gpu_settings_settings expects 'all' or a list of GPU indexes, got %r" % (gpus,))
+    name = "gpu_settings_power_limit_watts"
+    try:
+        found = candidates.searchable_candidates(name, plain(power_limit_w))
+    except candidates.CandidateError as exc:
+        raise AnsibleFilterError("gpu_settings_settings: %s" % exc) from None
     values = {
         "persistence_mode": plain(persistence_mode),
-        "power_limit_w": plain(power_limit_w),
+        "power_limit_w": found[0] if found else plain(power_limit_w),
         "compute_mode": plain(compute_mode),
         "app_clocks": plain(app_clocks),
     }
-    return layers.gpu_settings(gpus, values, gpu_count, bool(enabled))
+    if not search:
+        return layers.gpu_settings(gpus, values, gpu_count, bool(enabled))
+    if not found or not enabled or not gpu_count:
+        return None
+    return candidates.layer_search(
+        name, found, lambda v: layers.gpu_settings(gpus, dict(values, power_limit_w=v), gpu_count, True)
+    )
 
 
 class FilterModule:

@@ -11,7 +11,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.policy import layers
+from ansible_collections.stacktune.gpu.plugins.module_utils.policy import candidates, layers
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._plain import plain
 
 
@@ -23,13 +23,37 @@ def memory_settings(
     hugepages=None,
     enabled=True,
     proc=None,
+    search=False,
 ):
     """Engine settings for /dev/shm, memlock, THP and hugepages; ``proc``: the slurp results of
-    /proc/meminfo and /proc/mounts (read for ``shm_size: auto`` only)."""
+    /proc/meminfo and /proc/mounts (read for ``shm_size: auto`` only). A THP mode given as
+    candidates puts the first in place; with ``search`` the filter returns instead what the
+    gate searches (every candidate with the layer's settings), or None when there is none."""
+    given = {"memory_thp_enabled": plain(thp_enabled), "memory_thp_defrag": plain(thp_defrag)}
     try:
-        return layers.memory_settings(
-            shm_size, memlock, thp_enabled, thp_defrag, hugepages, enabled, list(plain(proc) or [])
-        )
+        found = {k: candidates.searchable_candidates(k, v) for k, v in given.items()}
+        searched = [k for k, v in found.items() if v]
+        if len(searched) > 1:
+            raise ValueError("one setting is searched at a time: %s are both candidate lists" % " and ".join(searched))
+        first = {k: (found[k][0] if found[k] else v) for k, v in given.items()}
+
+        def settings(values):
+            return layers.memory_settings(
+                shm_size,
+                memlock,
+                values["memory_thp_enabled"],
+                values["memory_thp_defrag"],
+                hugepages,
+                enabled,
+                list(plain(proc) or []),
+            )
+
+        if not search:
+            return settings(first)
+        if not searched or not enabled:
+            return None
+        name = searched[0]
+        return candidates.layer_search(name, found[name], lambda v: settings(dict(first, **{name: v})))
     except ValueError as exc:
         raise AnsibleFilterError("memory_settings: %s" % exc) from exc
 

@@ -122,6 +122,18 @@ options:
         lease, or after 15 idle minutes.
     type: bool
     default: false
+  search:
+    description:
+      - Candidate values of one of the layer's settings to search instead of judging the one
+        value applied (docs/gate.md, "Searching candidate values"). C(variable) names it,
+        C(candidates) lists each C(value) with the layer's whole C(settings) for it, C(host_value)
+        is the host's own value where known, C(objective) is C(throughput) or C(efficiency),
+        C(max_slowdown) defaults to the gate's, and C(budget) may set C(min_rounds),
+        C(max_rounds), C(max_seconds) and C(visit_windows).
+      - Each candidate is an arm switched through M(stacktune.gpu.host_settings) inside ONE
+        running program (a live trial); the host's own value is the layer switched off. The
+        chosen value is then judged against the host's own value by the layer's policy.
+    type: dict
   blocks:
     description: With O(mode=calibrate), identical blocks per workload (default twice O(budget.max_blocks)).
     type: int

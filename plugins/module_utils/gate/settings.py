@@ -100,6 +100,16 @@ SETTINGS = {
         True,
         "Blocks only. Rise of the share of stalled steps tolerated (0.005 = half a percentage point).",
     ),
+    "max_slowdown": Setting(
+        "float",
+        0.05,
+        0.0,
+        1.0,
+        False,
+        True,
+        "Searches with objective efficiency only. How much lower (as a fraction) the throughput may be than"
+        " with the host's own value for a candidate that spends less energy per step (0.05 = 5%).",
+    ),
 }
 # The default of every setting, as the signatures of the gate's entry points take it.
 DEFAULTS = {name: row.default for name, row in SETTINGS.items()}

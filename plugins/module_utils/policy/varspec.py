@@ -19,6 +19,12 @@ import re
 
 from collections.abc import Mapping
 
+from ansible_collections.stacktune.gpu.plugins.module_utils.policy.candidates import (
+    SEARCHABLE,
+    CandidateError,
+    expand_candidates,
+    is_candidates,
+)
 from ansible_collections.stacktune.gpu.plugins.module_utils.policy.values import (
     component_error,
     control_problem,
@@ -287,6 +293,24 @@ def _check_one(name, spec, value, errors):
         errors.append("%s must be one of %s, %s" % (name, ", ".join(str(c) for c in choices), given))
 
 
+def _check_searchable(name, value, errors):
+    """A variable that takes one value or candidates of it (policy/candidates.py): each
+    candidate is checked as the one value is, and the message names the bad one."""
+    words, check_one = SEARCHABLE[name]
+    try:
+        if is_candidates(value):
+            expand_candidates(name, value, check_one)
+        else:
+            check_one(value)
+    except CandidateError as exc:
+        errors.append("%s (a candidate is %s)" % (exc, words))
+    except ValueError:
+        errors.append(
+            "%s must be %s, or candidates of it (a list or {from, to, step}), got %s (%s)"
+            % (name, words, _shown(value), _type_name(value))
+        )
+
+
 def _check_mapping(label, options, value, errors):
     unknown = sorted(str(k) for k in value if k not in options)
     if unknown:
@@ -313,6 +337,13 @@ def check(options, values):
                 errors.append("%s is required (%s)" % (name, _expected(spec)))
             continue
         before = len(errors)
+        if name in SEARCHABLE and value is not None:
+            # the rule of the text first (a line of a file: no escapes), then each candidate
+            if rule_for(name):
+                _check_rule(name, rule_for(name), value, errors, values)
+            if len(errors) == before:
+                _check_searchable(name, value, errors)
+            continue
         _check_one(name, spec, value, errors)
         if len(errors) == before and value is not None and rule_for(name):
             _check_rule(name, rule_for(name), value, errors, values)

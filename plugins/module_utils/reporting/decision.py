@@ -166,6 +166,8 @@ def verdict(decision):
     if d.get("measurable") is False:
         kept = "kept" if name == "keep" else ("rolled back" if name == "rollback" else word)
         return "not measured, %s: %s" % (kept, not_measured_why(d))
+    if d.get("method") == "search" and d.get("summary"):
+        return "%s: %s" % (word, d["summary"])  # the search's choice in one line
     cause = str(d.get("cause") or "")
     if cause.startswith("workload_"):
         failed = d.get("failures") or {}
@@ -373,10 +375,60 @@ def details(decision, budget=None):
     rows = cost_rows(d)
     if rows:
         lines += ["Where the measuring time went:", ""] + rows + [""]
+    lines += search_rows(d)
     if d.get("seconds") is not None:
         toggles = "" if d.get("toggles") is None else "; the layer was switched %s time(s)" % d["toggles"]
         lines += ["Measuring took %s s%s." % (d["seconds"], toggles), ""]
     return lines
+
+
+def _noisy(value, half, fmt):
+    if value is None:
+        return "not measured"
+    return (fmt % value) + ((" ±" + fmt % half) if half is not None else "")
+
+
+def search_rows(decision):
+    """Markdown lines of a search (``decision["search"]``, gate/search.py): one row per
+    candidate and the host's own value, with throughput, median, p99, stalls, energy per step
+    and watts (each with its noise where it has one), and whether it was dropped or chosen and
+    why. Empty for a decision without a search."""
+    found = _dict(_dict(decision).get("search"))
+    rows = found.get("rows") or []
+    if not rows:
+        return []
+    lines = [
+        "Search of %s (objective %s%s): %s rounds, %s windows, stopped: %s."
+        % (
+            found.get("variable", "the setting"),
+            found.get("objective"),
+            ", max_slowdown %s" % found["max_slowdown"] if found.get("max_slowdown") is not None else "",
+            found.get("rounds"),
+            found.get("windows"),
+            found.get("stop"),
+        ),
+        "",
+        "| value | throughput (steps/s) | median ms | p99 ms | stalls | J/step | W | outcome |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for raw in rows:
+        r = _dict(raw)
+        value = "%s (the host's own)" % r.get("value") if r.get("arm") == "host" else str(r.get("value"))
+        outcome = str(r.get("status") or "-") + (": %s" % _cell(r["why"]) if r.get("why") else "")
+        lines.append(
+            "| %s | %s | %s | %s | %s | %s | %s | %s |"
+            % (
+                _cell(value),
+                _noisy(r.get("throughput"), r.get("throughput_half"), "%.2f") if r.get("windows") else "-",
+                "%.3f" % r["p50_ms"] if r.get("p50_ms") is not None else "-",
+                "%.3f" % r["p99_ms"] if r.get("p99_ms") is not None else "-",
+                "%.2f%%" % (100.0 * r["stalls"]) if r.get("stalls") is not None else "-",
+                _noisy(r.get("j_per_step"), r.get("j_per_step_half"), "%.2f"),
+                _noisy(r.get("watts"), r.get("watts_half"), "%.0f"),
+                outcome,
+            )
+        )
+    return [*lines, "", "Choice: %s" % _cell(found.get("reason") or "-"), ""]
 
 
 def budget_words(budget, workloads, live=False):

@@ -42,6 +42,83 @@ LIVE_GRACE_S = 10.0
 ERR_TAIL = 2000
 
 
+# NVML's total-energy counter is read this often while a live session runs (it updates about
+# every 100 ms); a window's energy is the counter's rise between its edges, interpolated.
+ENERGY_PERIOD_S = 0.05
+# Seconds a window's answer waits for the counter's first reading after its end.
+ENERGY_WAIT_S = 0.3
+
+
+class EnergyMeter(object):
+    """NVML's total-energy counter (mJ) of every GPU, read every ``ENERGY_PERIOD_S`` in a
+    thread of the runner while a live session runs. ``start()`` returns None where NVML
+    (pynvml) cannot be imported or read: energy is then not measured, never zero."""
+
+    def __init__(self, clock=time.monotonic, read=None):
+        self.clock = clock
+        self.read = read
+        self.samples = []  # (time, [mJ per GPU])
+        self.cond = threading.Condition()
+        self.stopped = False
+
+    @classmethod
+    def start(cls, clock=time.monotonic):
+        try:
+            import pynvml  # noqa: PLC0415 - the GPU host's library, where it is installed
+
+            pynvml.nvmlInit()
+            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+            if not handles:
+                return None
+            meter = cls(clock, lambda: [pynvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in handles])
+            meter.read()
+        except Exception:  # noqa: BLE001 - no NVML, no GPU, or no energy counter: not measured
+            return None
+        thread = threading.Thread(target=meter._loop, name="stacktune-live-energy")
+        thread.daemon = True
+        thread.start()
+        return meter
+
+    def _loop(self):
+        while not self.stopped:
+            try:
+                mj = self.read()
+            except Exception:  # noqa: BLE001 - a failed reading leaves a gap, never a zero
+                mj = None
+            if mj is not None:
+                with self.cond:
+                    self.samples.append((self.clock(), list(mj)))
+                    del self.samples[: max(0, len(self.samples) - 20000)]
+                    self.cond.notify_all()
+            time.sleep(ENERGY_PERIOD_S)
+
+    def stop(self):
+        self.stopped = True
+
+    def at(self, t):
+        """The counters at time ``t``, interpolated between the readings around it, or None."""
+        with self.cond:
+            samples = list(self.samples)
+        after = next((i for i, s in enumerate(samples) if s[0] >= t), None)
+        if after is None or after == 0:
+            return samples[0][1] if samples and samples[0][0] == t else None
+        (t0, a), (t1, b) = samples[after - 1], samples[after]
+        f = (t - t0) / (t1 - t0) if t1 > t0 else 1.0
+        return [x + (y - x) * f for x, y in zip(a, b)]
+
+    def between(self, t0, t1, wait_s=ENERGY_WAIT_S):
+        """mJ per GPU spent from ``t0`` to ``t1`` (waiting up to ``wait_s`` for a reading after
+        ``t1``), or None when the readings do not cover the span."""
+        deadline = self.clock() + wait_s
+        with self.cond:
+            while not (self.samples and self.samples[-1][0] >= t1) and self.clock() < deadline:
+                self.cond.wait(ENERGY_PERIOD_S)
+        a, b = self.at(t0), self.at(t1)
+        if a is None or b is None:
+            return None
+        return [round(y - x, 1) for x, y in zip(a, b)]
+
+
 class LiveOutputError(ValueError):
     """A live program printed a step time that cannot be one (its timer is broken)."""
 
@@ -117,6 +194,7 @@ class LiveSession(object):
         self.proc = None
         self.started_at = None
         self._reader = None
+        self.energy = None  # the EnergyMeter while the session runs, where NVML can be read
 
     # ------------------------------------------------------------------ start and end
     def start(self):
@@ -144,6 +222,7 @@ class LiveSession(object):
             os.close(write_fd)
             os.close(err_fd)
         self.started_at = self.clock()
+        self.energy = EnergyMeter.start(self.clock) if self.spec.get("energy", True) else None
         self._reader = threading.Thread(target=self._read, args=(read_fd,), name="stacktune-live-reader")
         self._reader.daemon = True
         self._reader.start()
@@ -199,6 +278,8 @@ class LiveSession(object):
             with self.cond:
                 while not self.ended and self.clock() < deadline:
                     self.cond.wait(0.2)
+        if self.energy is not None:
+            self.energy.stop()
         killed = not self.ended
         if killed:
             self.kill()
@@ -280,13 +361,17 @@ class LiveSession(object):
                 stop += 1
             steps = [ms for _t, ms in self.arrivals[start:stop]]
             self.cursor, self.cursor_t = stop, self.arrivals[stop - 1][0]
-            return {
-                "samples_ms": steps,
-                "start_t": start_t,
-                "end_t": self.cursor_t,
-                "dropped": dropped,
-                "asked_t": now,
-            }
+            end_t = self.cursor_t
+        return {
+            "samples_ms": steps,
+            "start_t": start_t,
+            "end_t": end_t,
+            "span_s": round(end_t - start_t, 4),
+            "dropped": dropped,
+            "asked_t": now,
+            # NVML's counter per GPU between the window's edges; None: not measured (never zero)
+            "energy_mj": self.energy.between(start_t, end_t) if self.energy is not None else None,
+        }
 
     def _waiting(self, gone, hang_s):
         """One wait for the next step inside a window; a failure dict when there will be none."""

@@ -214,3 +214,47 @@ def test_the_data_dir_of_the_file_workload_is_an_absolute_path_or_null():
         assert check(spec, {"stacktune_bench_data_dir": bad}) == [
             "stacktune_bench_data_dir must be an absolute path without '..', got %r" % bad
         ]
+
+
+def _role_options(role):
+    with open(
+        os.path.join(
+            os.path.dirname(__file__), "..", "..", "..", "..", "..", "roles", role, "meta", "argument_specs.yml"
+        )
+    ) as f:
+        return yaml.safe_load(f)["argument_specs"]["main"]["options"]
+
+
+@pytest.mark.parametrize(
+    ("role", "name", "value"),
+    [
+        ("gpu_settings", "gpu_settings_power_limit_watts", 650),
+        ("gpu_settings", "gpu_settings_power_limit_watts", [700, 650, 600]),
+        ("gpu_settings", "gpu_settings_power_limit_watts", {"from": 700, "to": 500, "step": -50}),
+        ("memory", "memory_thp_enabled", "madvise"),
+        ("memory", "memory_thp_enabled", ["always", "never"]),
+    ],
+)
+def test_a_searchable_variable_takes_one_value_or_candidates(role, name, value):
+    assert check(_role_options(role), {name: value}) == []
+
+
+@pytest.mark.parametrize(
+    ("role", "name", "value", "message"),
+    [
+        (
+            "gpu_settings",
+            "gpu_settings_power_limit_watts",
+            [700, "fast"],
+            "gpu_settings_power_limit_watts: candidate 'fast': must be a positive whole number of watts",
+        ),
+        ("gpu_settings", "gpu_settings_power_limit_watts", [700, -5], "candidate -5"),
+        ("gpu_settings", "gpu_settings_power_limit_watts", {"from": 700, "to": 500, "step": 50}, "does not lead"),
+        ("gpu_settings", "gpu_settings_power_limit_watts", "fast", "must be a positive whole number of watts"),
+        ("memory", "memory_thp_enabled", ["always", "sometimes"], "memory_thp_enabled: candidate 'sometimes'"),
+        ("memory", "memory_thp_enabled", ["always", "a\nb"], "memory_thp_enabled"),
+    ],
+)
+def test_every_candidate_is_checked_as_one_value_naming_it(role, name, value, message):
+    errors = check(_role_options(role), {name: value})
+    assert len(errors) == 1 and errors[0].startswith(name) and message in errors[0], errors

@@ -12,7 +12,11 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal impor
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context, SpecError
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.units import KINDS
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import runner_client
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.live import LiveOutputError, parse_step
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.live import (
+    EnergyMeter,
+    LiveOutputError,
+    parse_step,
+)
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.measure import measure
 from ansible_collections.stacktune.gpu.plugins.modules import bench
 
@@ -125,3 +129,27 @@ def test_a_user_program_that_stops_printing_is_a_hang(runner, tmp_path):
     assert bad is None
     _win, bad = runner_client.live_window(runner, {"fresh": True, "seconds": 5, "hang_s": 1.0}, 60)
     assert bad["failure"] == "hang"
+
+
+def test_without_nvml_a_window_says_energy_not_measured(runner):
+    """This machine has no NVML: a window's energy is None (not measured), never zero."""
+    spec = {"args": {"workload": "cpu_train_step", "warmup": 3, "size": 4}, "env": {}}
+    _answer, bad = runner_client.live_start(runner, spec, 60)
+    assert bad is None
+    win, bad = runner_client.live_window(runner, {"fresh": True, "seconds": 0.3, "drop_steps": 2}, 60)
+    assert bad is None and win["energy_mj"] is None
+    assert win["span_s"] == pytest.approx(win["end_t"] - win["start_t"], abs=1e-3)
+    runner_client.live_stop(runner)
+
+
+def test_energy_between_window_edges_is_interpolated():
+    """NVML cannot be read here: the meter's readings are given (a counter rising 35 J per
+    51.4 ms, one H200's step at 700 W), as the thread reads them on a GPU host."""
+    ticks = iter(range(1000))
+    meter = EnergyMeter(clock=lambda: 100.0 + next(ticks))  # each look at the clock a second later
+    for i in range(11):
+        t = i * 0.1
+        meter.samples.append((t, [t * 686_000.0, t * 400_000.0]))  # mJ: 686 W and 400 W
+    assert meter.between(0.25, 0.75) == [343_000.0, 200_000.0]
+    assert meter.between(0.5, 2.0) is None  # no reading after the window's end: not measured
+    assert meter.between(-1.0, 0.5) is None

@@ -1,0 +1,123 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Candidate values of a setting: a list or a range ``{from, to, step}`` where a variable
+takes one value, each checked as a single value is (gate/search.py searches them).
+
+Standard library only. :data:`SEARCHABLE` names the variables that take candidates and how one
+value of each is checked; a layer's filter puts the first candidate in place and hands the
+gate every candidate's settings (``<layer>_search``).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import math
+
+# The most candidates one setting may be given: each is an arm of every round.
+MAX_CANDIDATES = 16
+
+
+class CandidateError(ValueError):
+    """A candidate list or range is malformed, or one candidate is not a valid value."""
+
+
+def _watts(v):
+    if isinstance(v, str) and v.strip().isdigit():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise ValueError("must be a positive whole number of watts")
+    return v
+
+
+def _choice(*words):
+    def check(v):
+        if v not in words:
+            raise ValueError("must be one of %s" % ", ".join(words))
+        return v
+
+    return check
+
+
+# variable -> (what one value is, in words; the check of one value: returns it normalized)
+SEARCHABLE = {
+    "gpu_settings_power_limit_watts": ("a positive whole number of watts", _watts),
+    "memory_thp_enabled": ("always, madvise or never", _choice("always", "madvise", "never")),
+    "memory_thp_defrag": (
+        "always, defer, defer+madvise, madvise or never",
+        _choice("always", "defer", "defer+madvise", "madvise", "never"),
+    ),
+}
+
+
+def is_candidates(raw):
+    """True when a variable's value asks for a search: a list, or a dict with ``from``."""
+    return isinstance(raw, (list, tuple)) or (isinstance(raw, dict) and "from" in raw)
+
+
+def expand_candidates(name, raw, check_one=None):
+    """The candidate values of variable ``name``: a list as given, or a range ``{"from", "to",
+    "step"}`` (inclusive at both ends when the steps reach ``to``), each checked with
+    ``check_one(value)`` (raises ValueError; returns the value as normalized). Duplicates are
+    dropped in order. Raises CandidateError naming the variable and the bad candidate."""
+    if isinstance(raw, dict):
+        unknown = sorted(set(raw) - {"from", "to", "step"})
+        if unknown or not {"from", "to", "step"} <= set(raw):
+            raise CandidateError("%s: a range of candidates is {from, to, step}, got %r" % (name, raw))
+        lo, hi, step = raw["from"], raw["to"], raw["step"]
+        for key, v in (("from", lo), ("to", hi), ("step", step)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise CandidateError("%s.%s must be a number, got %r" % (name, key, v))
+        if step == 0 or (hi - lo) * step < 0:
+            raise CandidateError("%s: step %r does not lead from %r to %r" % (name, step, lo, hi))
+        count = int(math.floor((hi - lo) / float(step) + 1e-9)) + 1
+        if count > MAX_CANDIDATES:
+            raise CandidateError("%s: the range gives %d candidates; at most %d" % (name, count, MAX_CANDIDATES))
+        values = [lo + i * step for i in range(count)]
+        values = [int(v) if float(v).is_integer() and isinstance(step, int) else v for v in values]
+    elif isinstance(raw, (list, tuple)):
+        values = list(raw)
+    else:
+        raise CandidateError("%s: candidates are a list or {from, to, step}, got %r" % (name, raw))
+    if not values:
+        raise CandidateError("%s: the candidate list is empty" % name)
+    if len(values) > MAX_CANDIDATES:
+        raise CandidateError("%s: %d candidates; at most %d" % (name, len(values), MAX_CANDIDATES))
+    out = []
+    for given in values:
+        if isinstance(given, (list, dict)):
+            raise CandidateError("%s: candidate %r is not a single value" % (name, given))
+        v = given
+        if check_one is not None:
+            try:
+                v = check_one(given)
+            except ValueError as exc:
+                raise CandidateError("%s: candidate %r: %s" % (name, given, exc)) from None
+        if v not in out:
+            out.append(v)
+    return out
+
+
+def searchable_candidates(name, raw):
+    """The checked candidates of a searchable variable (:data:`SEARCHABLE`), or None when it
+    holds one value. Raises CandidateError naming the variable and the bad candidate."""
+    if name not in SEARCHABLE or not is_candidates(raw):
+        return None
+    return expand_candidates(name, raw, SEARCHABLE[name][1])
+
+
+def first_value(name, raw):
+    """The value a layer puts in place first: the first candidate, or the one value given."""
+    found = searchable_candidates(name, raw)
+    return found[0] if found else raw
+
+
+def layer_search(variable, candidates, settings_for):
+    """The ``<layer>_search`` a layer hands the gate: every candidate with the layer's whole
+    settings for it (``settings_for(value)``: the layer's policy with that value)."""
+    return {
+        "variable": variable,
+        "candidates": [{"value": v, "settings": settings_for(v)} for v in candidates],
+    }
