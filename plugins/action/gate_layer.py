@@ -23,7 +23,12 @@ from ansible.module_utils.six import string_types
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import JOURNAL_DIR
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate.calibration import calibrate
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.calibration import (
+    calibrate,
+    window_bounds,
+    window_plan,
+    window_words,
+)
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import (
     Gate,
     GateSettingError,
@@ -418,7 +423,7 @@ class ActionModule(ActionBase):
             t0 = time.monotonic()
             begun = self._live_call("started", w, bench, task_vars)
             totals["start_s"] += time.monotonic() - t0
-            window = self._window_taker(bench, task_vars, state, guard, window_s, drop_s)
+            window = self._window_taker(bench, task_vars, state, guard, window_s, drop_s, s.budget["min_blocks"])
             rng = random.Random("%s/%s/%s" % (a.get("run_id") or "manual", a["layer"], w))
             # max_seconds is the layer's: each workload's trial gets what the ones before left
             left = Gate(
@@ -431,6 +436,8 @@ class ActionModule(ActionBase):
             finally:
                 ended = self._live_call("stopped", w, bench, task_vars, quiet=True)
             samples[w] = trial.samples(w)
+            results[w]["window_plan"] = window.sizing.get("plan")
+            results[w]["window_s"] = window.sizing["window_s"]
             for key, value in (results[w].get("cost") or {}).items():
                 if key != "total":
                     cost[key] = value
@@ -451,6 +458,8 @@ class ActionModule(ActionBase):
         decision["live"] = {
             "used": True,
             "window_s": window_s,
+            "window_s_by_workload": {w: r.get("window_s") for w, r in results.items()},
+            "window_plan": {w: r.get("window_plan") for w, r in results.items()},
             "drop_s": drop_s,
             "drop_steps": LIVE_DROP_STEPS,
             "start_s": round(totals["start_s"], 2),
@@ -466,15 +475,32 @@ class ActionModule(ActionBase):
         )
         return decision, samples
 
-    def _window_taker(self, bench, task_vars, state, guard, window_s, drop_s):
-        """The live trial's ``measure``: one window of the workload's running program."""
+    def _window_taker(self, bench, task_vars, state, guard, window_s, drop_s, first_look=4):
+        """The live trial's ``measure``: one window of the workload's running program. After the
+        first look (``first_look`` windows per arm, where an easy change is decided at the first
+        length) the windows are sized to the noise (``window_plan``); ``window.sizing`` says how."""
         a = self._task.args
         track = {"fresh": True, "since": time.monotonic(), "on": state["on"], "n": 0}
+        sizing = {"window_s": window_s, "first": [], "arms": [], "overhead": []}
+
+        def resize():
+            plan = window_plan(
+                sizing["first"],
+                sum(sizing["overhead"]) / len(sizing["overhead"]),
+                window_bounds(window_s),
+                arms=sizing["arms"],
+            )
+            sizing["plan"] = plan
+            if plan is not None:
+                sizing["window_s"] = plan["window_s"]
+            display.display("    %s: %s" % (a["layer"], window_words(plan, window_s)))
 
         def window(workload):
             guard.check()
+            if len(sizing["first"]) == 2 * first_look and "plan" not in sizing:
+                resize()
             fresh = track["fresh"] or track["on"] != state["on"]
-            args = {"seconds": window_s, "fresh": fresh, "drop_s": drop_s if fresh else 0.0}
+            args = {"seconds": sizing["window_s"], "fresh": fresh, "drop_s": drop_s if fresh else 0.0}
             args["drop_steps"] = LIVE_DROP_STEPS if fresh else 0
             try:
                 if track.get("ended"):
@@ -493,6 +519,10 @@ class ActionModule(ActionBase):
             steps = win["samples_ms"]
             track.update(fresh=False, on=state["on"], n=track["n"] + 1)
             wall, track["since"] = now - track["since"], now
+            if len(sizing["first"]) < 2 * first_look:
+                sizing["first"].append(steps)
+                sizing["arms"].append(state["on"])
+                sizing["overhead"].append(max(0.0, wall - sum(steps) / 1000.0))
             display.display(
                 "    %s: %s window %d %s the layer: %d steps, mean %.3f ms%s"
                 % (
@@ -509,6 +539,7 @@ class ActionModule(ActionBase):
             )
             return {"samples_ms": steps, "wall_s": wall, "measured_s": sum(steps) / 1000.0, "throughput": None}
 
+        window.sizing = sizing
         return window
 
     def _live_call(self, what, workload, bench, task_vars, live_window=None, quiet=False):
