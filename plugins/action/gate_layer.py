@@ -423,7 +423,16 @@ class ActionModule(ActionBase):
             t0 = time.monotonic()
             begun = self._live_call("started", w, bench, task_vars)
             totals["start_s"] += time.monotonic() - t0
-            window = self._window_taker(bench, task_vars, state, guard, window_s, drop_s, s.budget["min_blocks"])
+            window = self._window_taker(
+                bench,
+                task_vars,
+                state,
+                guard,
+                window_s,
+                drop_s,
+                s.budget["min_blocks"],
+                s.budget["max_blocks"] * window_s,
+            )
             rng = random.Random("%s/%s/%s" % (a.get("run_id") or "manual", a["layer"], w))
             # max_seconds is the layer's: each workload's trial gets what the ones before left
             left = Gate(
@@ -475,7 +484,7 @@ class ActionModule(ActionBase):
         )
         return decision, samples
 
-    def _window_taker(self, bench, task_vars, state, guard, window_s, drop_s, first_look=4):
+    def _window_taker(self, bench, task_vars, state, guard, window_s, drop_s, first_look=4, budget_s=None):
         """The live trial's ``measure``: one window of the workload's running program. After the
         first look (``first_look`` windows per arm, where an easy change is decided at the first
         length) the windows are sized to the noise (``window_plan``); ``window.sizing`` says how."""
@@ -489,6 +498,7 @@ class ActionModule(ActionBase):
                 sum(sizing["overhead"]) / len(sizing["overhead"]),
                 window_bounds(window_s),
                 arms=sizing["arms"],
+                budget_s=budget_s,
             )
             sizing["plan"] = plan
             if plan is not None:

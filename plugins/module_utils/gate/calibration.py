@@ -16,7 +16,7 @@ import math
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.verdicts import (
     sig,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils.common.stats import mean, quantile
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.stats import mean, quantile, t_ppf
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import (
     DIMENSIONS,
@@ -338,7 +338,7 @@ def _pooled_var(pairs):
     return ss / df if df > 0 else None
 
 
-def window_plan(windows, overhead_s, bounds=WINDOW_BOUNDS, candidates=WINDOW_CANDIDATES, arms=None):
+def window_plan(windows, overhead_s, bounds=WINDOW_BOUNDS, candidates=WINDOW_CANDIDATES, arms=None, budget_s=None):
     """The window length that resolves the judged statistics best per second of measuring.
 
     ``windows``: the first windows' step times (ms, in arrival order); ``arms``: the arm of each
@@ -352,7 +352,9 @@ def window_plan(windows, overhead_s, bounds=WINDOW_BOUNDS, candidates=WINDOW_CAN
     longest two measured ones by the slope of log variance on log length (kept between 0, a
     drift no length averages away, and -1, independent steps): that slope is the steps'
     autocorrelation at work. A window of ``L`` costs ``L + overhead_s`` seconds, so the
-    interval after a fixed time narrows with ``V(L) (L + overhead_s)``; the plan takes the
+    interval after a fixed time narrows with ``V(L) (L + overhead_s)``, times the square of the
+    Student-t quantile at the degrees of freedom the windows of ``budget_s`` seconds per arm
+    leave at that length (fewer, longer windows: a wider quantile); the plan takes the
     length where the statistic that resolves best (the least of those products over the
     candidates) is least. Returns None when the windows give too few pieces for two lengths.
     """
@@ -385,7 +387,12 @@ def window_plan(windows, overhead_s, bounds=WINDOW_BOUNDS, candidates=WINDOW_CAN
         rows = {}
         for length in lengths:
             var = v2 * (length / l2) ** slope
-            rows[length] = {"variance": var, "score": var * (length + overhead_s)}
+            score = var * (length + overhead_s)
+            if budget_s:
+                # fewer, longer windows leave fewer degrees of freedom: the interval's quantile grows
+                n = max(2.0, budget_s / (length + overhead_s))
+                score *= t_ppf(0.995, max(1, int(2 * n - 3))) ** 2
+            rows[length] = {"variance": var, "score": score}
         best = min(rows, key=lambda k: rows[k]["score"])
         per_stat[dim] = {"statistic": how, "slope": round(slope, 3), "rows": rows, "best_s": best}
     # the statistic that resolves best per second decides the length
