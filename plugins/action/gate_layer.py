@@ -42,6 +42,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import (
     block_cost,
     changes_seen_later,
     combine,
+    decided_on,
     live_plan,
     resolve_workloads,
     unmeasurable_reason,
@@ -459,6 +460,16 @@ class ActionModule(ActionBase):
                 results[w].get("cause") or "worse" in (results[w].get("verdicts") or {}).values()
             ):
                 break  # shown worse (or broken) on this workload: the others cannot keep the layer
+            if policy == "improve" and decided_on(results[w], policy) and w != workloads[-1]:
+                # this workload saw the layer and decided: under improve the next ones are measured
+                # only when one cannot see it or cannot decide (no_regression measures every one)
+                skipped = workloads[workloads.index(w) + 1 :]
+                results[w]["reason"] = "%s; not measured on %s: %s decided" % (
+                    results[w]["reason"],
+                    ", ".join(skipped),
+                    w,
+                )
+                break
         # every workload's trial has ended: nothing more will be measured, so the combination is final
         decision = combine(results, policy, True) if len(results) > 1 else results[list(results)[0]]
         decision["workloads_measured"] = list(results)

@@ -91,6 +91,18 @@ def combine(results, policy, final):
     return out
 
 
+def decided_on(result, policy):
+    """Whether one workload's trial saw the layer and decided, so that a layer's further
+    workloads need not be measured: a resolved keep under either policy, or a rollback for a
+    dimension measured worse. A workload that could not decide (its budget spent or futile) or
+    could not see the layer (``improve`` rolled back with every dimension resolved and no gain
+    in reach) leaves the decision to the next workload."""
+    verdicts = (result.get("verdicts") or {}).values()
+    if result.get("decision") == "rollback":
+        return "worse" in verdicts or bool(result.get("cause"))
+    return result.get("decision") == "keep" and bool(result.get("resolved"))
+
+
 def half_at_budget(dim, half, df_now, df_budget, per_arm, budget, confidence):
     """The interval half-width ``half`` (now, with ``per_arm`` blocks and ``df_now`` degrees of
     freedom) scaled to ``budget`` blocks per arm: the square root of the blocks and the
