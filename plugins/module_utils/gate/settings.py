@@ -115,8 +115,8 @@ BUDGET = {
 }
 BUDGET_DEFAULTS = {name: row.default for name, row in BUDGET.items()}
 # Budgets by name: ``stacktune_gate_budget: {preset: NAME}`` (keys given beside it come first).
-# small_changes: a 5% gain of a DataLoader-bound program kept in 40 of 40 replayed live trials
-# (2.1 minutes of windows on the median trial, 4.9 at most; 80% with the default budget):
+# small_changes: a 5% gain of a DataLoader-bound program kept in 99 of 100 replayed live trials
+# (2.1 minutes of windows on the median trial, 4.9 at most; 79 with the default budget):
 # python3 benchmarks/gate_replay.py --live (docs/benchmarks.md).
 BUDGET_PRESETS = {
     "default": dict(BUDGET_DEFAULTS),
