@@ -44,6 +44,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import (
     combine,
     decided_on,
     live_plan,
+    run_staged,
     resolve_workloads,
     unmeasurable_reason,
     unseen_reason,
@@ -356,6 +357,19 @@ class ActionModule(ActionBase):
         else:
             display.display("    %s: %s" % (a["layer"], budget_words(gate.budget, workloads)))
             trial = Trial(workloads, set_layer, measure, policy, gate, time.monotonic)
+            if policy == "improve" and len(workloads) > 1:
+                # a second workload only where the first cannot see the layer or cannot decide
+                def trial_of(w, seconds):
+                    return Trial(
+                        [w],
+                        set_layer,
+                        measure,
+                        policy,
+                        Gate(gate.settings, dict(gate.budget, max_seconds=seconds)),
+                        time.monotonic,
+                    )
+
+                trial = trial_of
         with guard:
             try:
                 self._runner = self._start_runner(workloads, bench, task_vars, for_live=live)
@@ -363,6 +377,12 @@ class ActionModule(ActionBase):
                     decision, samples = self._live(
                         workloads, bench, gate, policy, live_info, set_layer, guard, state, task_vars
                     )
+                elif not isinstance(trial, Trial):
+                    decision, trials = run_staged(workloads, trial, policy, time.monotonic, gate.budget["max_seconds"])
+                    decision["live"] = {"used": False, "why": live_info}
+                    samples = {
+                        w: trials[w].samples(w) if w in trials else {"without": [], "with": []} for w in workloads
+                    }
                 else:
                     decision = trial.run()
                     decision["live"] = {"used": False, "why": live_info}

@@ -626,6 +626,48 @@ class Trial:
         return result
 
 
+def run_staged(workloads, make_trial, policy, clock, max_seconds):
+    """One trial per workload, one after the other, the next only while the ones before could
+    not decide (``decided_on``): under ``improve`` a layer's second workload costs time only
+    where the first cannot see the layer or cannot decide. ``make_trial(workload, seconds_left)``
+    returns a ``Trial`` of that one workload. Returns the combined decision (final: nothing more
+    will be measured) and the trials by workload."""
+    started = clock()
+    results, trials = {}, {}
+    for w in workloads:
+        left = max(1, int(max_seconds - (clock() - started)))
+        trials[w] = make_trial(w, left)
+        results[w] = trials[w].run()
+        if decided_on(results[w], policy) or clock() - started >= max_seconds:
+            break
+    measured = list(results)
+    skipped = [w for w in workloads if w not in results]
+    if skipped:
+        results[measured[-1]]["reason"] = "%s; not measured on %s: %s decided" % (
+            results[measured[-1]]["reason"],
+            ", ".join(skipped),
+            measured[-1],
+        )
+    decision = combine(results, policy, True) if len(results) > 1 else dict(results[measured[0]])
+    cost = {}
+    for w in measured:
+        cost.update({k: v for k, v in (results[w].get("cost") or {}).items() if k != "total"})
+    decision.update(
+        workloads_measured=measured,
+        cost=block_cost(cost),
+        blocks={
+            "with": max(r["blocks"]["with"] for r in results.values()),
+            "without": max(r["blocks"]["without"] for r in results.values()),
+        },
+        toggles=sum(r["toggles"] for r in results.values()),
+        order=[arm for w in measured for arm in results[w]["order"]],
+        void_blocks=[v for w in measured for v in results[w]["void_blocks"]],
+        layer_on=results[measured[-1]]["layer_on"],
+        seconds=round(clock() - started, 1),
+    )
+    return decision, trials
+
+
 # ------------------------------------------------------------------ which workloads
 
 

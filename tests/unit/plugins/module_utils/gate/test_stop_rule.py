@@ -9,6 +9,7 @@ trial draws windows of them in its own order (benchmarks/live_replay.py; many mo
 
 import json
 import os
+import random
 import sys
 
 import pytest
@@ -25,7 +26,13 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import
     check_settings,
     live_gate,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import budget_hint, futility, project
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import (
+    Trial,
+    budget_hint,
+    futility,
+    project,
+    run_staged,
+)
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.wording import resolution_words, settled_words
 
 BENCHMARKS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "..", "benchmarks")
@@ -172,3 +179,41 @@ def test_settling_measured_on_the_h200():
     assert kinds["nvml"]["switches"] == 24 and kinds["nvml"]["steps_most"] <= 2
     for kind in ("sysctl", "sysfs", "nvml"):
         assert KINDS[kind].settle_s == kinds[kind]["settle_s"], kind
+
+
+def _recorded_blocks(name):
+    fixtures = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "blocks")
+    with open(os.path.join(fixtures, "%s.json" % name)) as handle:
+        return [b["samples_ms"] for b in json.load(handle)["arms"]["base"]["blocks"]]
+
+
+@pytest.mark.parametrize("first_sees, measured", [(True, ["train_step"]), (False, ["train_step", "dataloader"])])
+def test_blocks_of_a_second_workload_only_where_the_first_cannot_decide(first_sees, measured):
+    """Recorded H200 blocks (tests/unit/fixtures/blocks): the layer makes train_step 15% faster
+    (or leaves it as it is) and dataloader 15% faster. Where train_step shows the gain, dataloader
+    is never measured; where train_step cannot see the layer, dataloader decides."""
+    pools = {
+        "train_step": _recorded_blocks("h200x1_train_step_400"),
+        "dataloader": _recorded_blocks("h200x1_dataloader_200"),
+    }
+    effect = {"train_step": 0.85 if first_sees else 1.0, "dataloader": 0.85}
+    rng = random.Random(3)
+    state = {"on": True, "t": 0.0, "calls": []}
+
+    def measure(w):
+        state["t"] += 10.0
+        state["calls"].append(w)
+        steps = rng.choice(pools[w])
+        return {"samples_ms": [v * effect[w] for v in steps] if state["on"] else list(steps)}
+
+    gate = check_settings({}, {"max_blocks": 8})
+
+    def make(w, seconds):
+        return Trial([w], lambda on: state.update(on=on), measure, "improve", gate, lambda: state["t"])
+
+    decision, trials = run_staged(["train_step", "dataloader"], make, "improve", lambda: state["t"], 1800)
+    assert decision["workloads_measured"] == measured
+    assert sorted(set(state["calls"])) == sorted(measured)
+    assert decision["decision"] == "keep" and decision["layer_on"] is True
+    if first_sees:
+        assert "not measured on dataloader: train_step decided" in decision["reason"]
