@@ -356,20 +356,14 @@ class ActionModule(ActionBase):
             state["unit"] = "window"  # what a stop lands in, for the journal's reason
         else:
             display.display("    %s: %s" % (a["layer"], budget_words(gate.budget, workloads)))
-            trial = Trial(workloads, set_layer, measure, policy, gate, time.monotonic)
             if policy == "improve" and len(workloads) > 1:
-                # a second workload only where the first cannot see the layer or cannot decide
-                def trial_of(w, seconds):
-                    return Trial(
-                        [w],
-                        set_layer,
-                        measure,
-                        policy,
-                        Gate(gate.settings, dict(gate.budget, max_seconds=seconds)),
-                        time.monotonic,
-                    )
+                # one trial per workload: a second one only where the first cannot see the layer or decide
+                def trial(w, seconds):
+                    budget = dict(gate.budget, max_seconds=seconds)
+                    return Trial([w], set_layer, measure, policy, Gate(gate.settings, budget), time.monotonic)
 
-                trial = trial_of
+            else:
+                trial = Trial(workloads, set_layer, measure, policy, gate, time.monotonic)
         with guard:
             try:
                 self._runner = self._start_runner(workloads, bench, task_vars, for_live=live)
