@@ -20,6 +20,13 @@ blocks drawn from its own recording. Every draw is judged four ways on the same 
 Per workload and case it prints how often each decided the case's way, against the target:
 
     python3 benchmarks/gate_replay.py [--draws 200] [--max-blocks 8] [--workloads gemm,dataloader]
+
+With ``--live``, live trials instead (benchmarks/live_replay.py): windows of recorded streams of
+one running program (the DataLoader-bound ResNet-18 user program streamed for 110 s on one H200,
+and A/A windows of the built-in workloads), at ``--window-s`` and sized to the noise, and how
+many minutes a 5% gain of the DataLoader-bound program needs (the ``small_changes`` preset):
+
+    python3 benchmarks/gate_replay.py --live [--draws 200] [--window-s 3]
 """
 
 import argparse
@@ -152,7 +159,21 @@ def main(argv=None):
         default=",".join(WORKLOADS + ONE_H200 + ONE_H200_USER),
         help="comma-separated: workloads recorded on two H200, or recordings of one (h200x1_...)",
     )
+    parser.add_argument("--live", action="store_true", help="live trials on recorded streams")
+    parser.add_argument("--window-s", type=float, default=3.0, help="with --live: the first windows' seconds")
     args = parser.parse_args(argv)
+    if args.live:
+        import live_replay
+
+        live_replay.table(live_replay.STREAMS, args.draws, window_s=args.window_s)
+        print()
+        print("| recording | change | max_windows | kept | minutes of windows (median) | most |")
+        print("|---|---|---|---|---|---|")
+        found = live_replay.minutes_for(live_replay.STREAMS[0], 1.0 / 1.05, args.draws, window_s=args.window_s)
+        if found:
+            print()
+            print("a 5%% gain kept in >= 90%% of draws from max_windows %d: at most %.1f minutes" % found)
+        return 0
     print(
         "| workload | case | target | gate: decided so | blocks per arm | stopped early "
         "| gate, whole budget: decided so | blocks per arm | earlier rule: decided so "

@@ -83,6 +83,13 @@ def fragment_text(settings):
             "description": [
                 "The gate's budget (C(%s)): how long it measures, not how it judges. Errors name"
                 " C(%s.<key>); a key not given takes its default." % (settings.BUDGET_NAME, settings.BUDGET_NAME),
+            ]
+            + [
+                "A budget by name: C(preset) beside the keys (they come first), one of %s."
+                % "; ".join(
+                    "C(%s) (%s)" % (name, ", ".join("%s %s" % (k, v) for k, v in sorted(keys.items())))
+                    for name, keys in sorted(settings.BUDGET_PRESETS.items())
+                )
             ],
             "type": "dict",
             "suboptions": {name: _option(row, settings.bounds_text) for name, row in settings.BUDGET.items()},

@@ -23,7 +23,12 @@ from ansible.module_utils.six import string_types
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import JOURNAL_DIR
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate.calibration import calibrate
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.calibration import (
+    calibrate,
+    window_bounds,
+    window_plan,
+    window_words,
+)
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import (
     Gate,
     GateSettingError,
@@ -37,7 +42,9 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import (
     block_cost,
     changes_seen_later,
     combine,
+    decided_on,
     live_plan,
+    run_staged,
     resolve_workloads,
     unmeasurable_reason,
     unseen_reason,
@@ -358,7 +365,14 @@ class ActionModule(ActionBase):
             state["unit"] = "window"  # what a stop lands in, for the journal's reason
         else:
             display.display("    %s: %s" % (a["layer"], budget_words(gate.budget, workloads)))
-            trial = Trial(workloads, set_layer, measure, policy, gate, time.monotonic)
+            if policy == "improve" and len(workloads) > 1:
+                # one trial per workload: a second one only where the first cannot see the layer or decide
+                def trial(w, seconds):
+                    budget = dict(gate.budget, max_seconds=seconds)
+                    return Trial([w], set_layer, measure, policy, Gate(gate.settings, budget), time.monotonic)
+
+            else:
+                trial = Trial(workloads, set_layer, measure, policy, gate, time.monotonic)
         with guard:
             try:
                 self._runner = self._start_runner(workloads, bench, task_vars, for_live=live)
@@ -370,6 +384,12 @@ class ActionModule(ActionBase):
                     decision, samples = self._live(
                         workloads, bench, gate, policy, live_info, set_layer, guard, state, task_vars
                     )
+                elif not isinstance(trial, Trial):
+                    decision, trials = run_staged(workloads, trial, policy, time.monotonic, gate.budget["max_seconds"])
+                    decision["live"] = {"used": False, "why": live_info}
+                    samples = {
+                        w: trials[w].samples(w) if w in trials else {"without": [], "with": []} for w in workloads
+                    }
                 else:
                     decision = trial.run()
                     decision["live"] = {"used": False, "why": live_info}
@@ -431,7 +451,16 @@ class ActionModule(ActionBase):
             t0 = time.monotonic()
             begun = self._live_call("started", w, bench, task_vars)
             totals["start_s"] += time.monotonic() - t0
-            window = self._window_taker(bench, task_vars, state, guard, window_s, drop_s)
+            window = self._window_taker(
+                bench,
+                task_vars,
+                state,
+                guard,
+                window_s,
+                drop_s,
+                s.budget["min_blocks"],
+                s.budget["max_blocks"] * window_s,
+            )
             rng = random.Random("%s/%s/%s" % (a.get("run_id") or "manual", a["layer"], w))
             # max_seconds is the layer's: each workload's trial gets what the ones before left
             left = Gate(
@@ -444,6 +473,8 @@ class ActionModule(ActionBase):
             finally:
                 ended = self._live_call("stopped", w, bench, task_vars, quiet=True)
             samples[w] = trial.samples(w)
+            results[w]["window_plan"] = window.sizing.get("plan")
+            results[w]["window_s"] = window.sizing["window_s"]
             for key, value in (results[w].get("cost") or {}).items():
                 if key != "total":
                     cost[key] = value
@@ -456,6 +487,16 @@ class ActionModule(ActionBase):
                 results[w].get("cause") or "worse" in (results[w].get("verdicts") or {}).values()
             ):
                 break  # shown worse (or broken) on this workload: the others cannot keep the layer
+            if policy == "improve" and decided_on(results[w], policy) and w != workloads[-1]:
+                # this workload saw the layer and decided: under improve the next ones are measured
+                # only when one cannot see it or cannot decide (no_regression measures every one)
+                skipped = workloads[workloads.index(w) + 1 :]
+                results[w]["reason"] = "%s; not measured on %s: %s decided" % (
+                    results[w]["reason"],
+                    ", ".join(skipped),
+                    w,
+                )
+                break
         # every workload's trial has ended: nothing more will be measured, so the combination is final
         decision = combine(results, policy, True) if len(results) > 1 else results[list(results)[0]]
         decision["workloads_measured"] = list(results)
@@ -464,6 +505,8 @@ class ActionModule(ActionBase):
         decision["live"] = {
             "used": True,
             "window_s": window_s,
+            "window_s_by_workload": {w: r.get("window_s") for w, r in results.items()},
+            "window_plan": {w: r.get("window_plan") for w, r in results.items()},
             "drop_s": drop_s,
             "drop_steps": LIVE_DROP_STEPS,
             "start_s": round(totals["start_s"], 2),
@@ -515,15 +558,33 @@ class ActionModule(ActionBase):
         display.display("    %s: %s" % (self._task.args["layer"], decision["summary"]))
         return decision, {w: {"without": [], "with": []}}
 
-    def _window_taker(self, bench, task_vars, state, guard, window_s, drop_s):
-        """The live trial's ``measure``: one window of the workload's running program."""
+    def _window_taker(self, bench, task_vars, state, guard, window_s, drop_s, first_look=4, budget_s=None):
+        """The live trial's ``measure``: one window of the workload's running program. After the
+        first look (``first_look`` windows per arm, where an easy change is decided at the first
+        length) the windows are sized to the noise (``window_plan``); ``window.sizing`` says how."""
         a = self._task.args
         track = {"fresh": True, "since": time.monotonic(), "on": state["on"], "n": 0}
+        sizing = {"window_s": window_s, "first": [], "arms": [], "overhead": []}
+
+        def resize():
+            plan = window_plan(
+                sizing["first"],
+                sum(sizing["overhead"]) / len(sizing["overhead"]),
+                window_bounds(window_s),
+                arms=sizing["arms"],
+                budget_s=budget_s,
+            )
+            sizing["plan"] = plan
+            if plan is not None:
+                sizing["window_s"] = plan["window_s"]
+            display.display("    %s: %s" % (a["layer"], window_words(plan, window_s)))
 
         def window(workload):
             guard.check()
+            if len(sizing["first"]) == 2 * first_look and "plan" not in sizing:
+                resize()
             fresh = track["fresh"] or track["on"] != state.get("arm", state["on"])
-            args = {"seconds": window_s, "fresh": fresh, "drop_s": drop_s if fresh else 0.0}
+            args = {"seconds": sizing["window_s"], "fresh": fresh, "drop_s": drop_s if fresh else 0.0}
             args["drop_steps"] = LIVE_DROP_STEPS if fresh else 0
             try:
                 if track.get("ended"):
@@ -546,6 +607,10 @@ class ActionModule(ActionBase):
                 where = "at %s" % ("the host's own value" if state["arm"] is None else state["arm"])
             else:
                 where = "%s the layer" % ("with" if state["on"] else "without")
+            if len(sizing["first"]) < 2 * first_look:
+                sizing["first"].append(steps)
+                sizing["arms"].append(state.get("arm", state["on"]))
+                sizing["overhead"].append(max(0.0, wall - sum(steps) / 1000.0))
             display.display(
                 "    %s: %s window %d %s: %d steps, mean %.3f ms%s"
                 % (
@@ -569,6 +634,7 @@ class ActionModule(ActionBase):
                 "span_s": win.get("span_s"),
             }
 
+        window.sizing = sizing
         return window
 
     def _live_call(self, what, workload, bench, task_vars, live_window=None, quiet=False):

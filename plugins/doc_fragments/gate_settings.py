@@ -127,6 +127,9 @@ options:
     description:
     - 'The gate''s budget (C(stacktune_gate_budget)): how long it measures, not how it judges. Errors
       name C(stacktune_gate_budget.<key>); a key not given takes its default.'
+    - 'A budget by name: C(preset) beside the keys (they come first), one of C(default) (max_blocks 8,
+      max_seconds 1800, max_windows 20, min_blocks 4, window_s 3); C(small_changes) (max_blocks 16, max_seconds
+      1800, max_windows 40, min_blocks 4, window_s 3).'
     type: dict
     suboptions:
       min_blocks:

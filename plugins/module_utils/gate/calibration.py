@@ -16,7 +16,7 @@ import math
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.verdicts import (
     sig,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils.common.stats import mean, quantile
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.stats import mean, quantile, t_ppf
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import (
     DIMENSIONS,
@@ -271,3 +271,165 @@ def calibration_table(workloads, budget):
             % json.dumps(chosen, sort_keys=True)
         )
     return lines
+
+
+# ------------------------------------------------------------------ live windows sized to the noise
+
+# A live trial's window length is chosen within these seconds (the first windows are measured at
+# the budget's window_s); a window at least this many times the overhead of a window
+WINDOW_BOUNDS = (1.0, 12.0)
+WINDOW_CANDIDATES = (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0)
+MIN_CHUNKS = 6  # pieces of the first windows that estimate one length's variance directly
+# the judged statistics a window's length is sized for: its mean step (throughput) and its median step
+WINDOW_STATISTICS = {"throughput": "mean", "p50": "median"}
+
+
+def _cut(windows, seconds, arms=None):
+    """The windows' steps (in arrival order) cut into consecutive pieces of ``seconds`` each,
+    with the arm of the window each came from; a piece never spans two windows (a switch lies
+    between them)."""
+    out = []
+    for i, steps in enumerate(windows):
+        arm = arms[i] if arms else None
+        piece, spent = [], 0.0
+        for v in steps:
+            piece.append(v)
+            spent += v
+            if spent >= seconds * 1000.0:
+                out.append((arm, piece))
+                piece, spent = [], 0.0
+    return out
+
+
+def _log_stat(steps, how):
+    if how == "mean":
+        return math.log(mean(steps))
+    return math.log(quantile(sorted(steps), 0.5))
+
+
+def lag1_autocorrelation(windows):
+    """The lag-1 autocorrelation of the step times inside the windows (each window's own mean
+    taken out): near 0 for independent steps, high for a loader that stalls in runs."""
+    num = den = 0.0
+    for steps in windows:
+        if len(steps) < 3:
+            continue
+        m = mean(steps)
+        dev = [v - m for v in steps]
+        num += math.fsum(a * b for a, b in zip(dev, dev[1:]))
+        den += math.fsum(d * d for d in dev)
+    return num / den if den > 0 else None
+
+
+def window_bounds(first_s):
+    """The lengths a live trial's windows may be sized to after its first windows of ``first_s``:
+    never shorter (a bursty loader's median jumps between its modes in short windows, which the
+    first few windows may not show), at most four times as long and :data:`WINDOW_BOUNDS`."""
+    return max(WINDOW_BOUNDS[0], first_s), max(first_s, min(WINDOW_BOUNDS[1], 4.0 * first_s))
+
+
+def _pooled_var(pairs):
+    """The variance of values about their own arm's mean, pooled over the arms; None with too few."""
+    groups = {}
+    for arm, v in pairs:
+        groups.setdefault(arm, []).append(v)
+    ss = math.fsum((v - mean(vs)) ** 2 for vs in groups.values() for v in vs)
+    df = len(pairs) - len(groups)
+    return ss / df if df > 0 else None
+
+
+def window_plan(windows, overhead_s, bounds=WINDOW_BOUNDS, candidates=WINDOW_CANDIDATES, arms=None, budget_s=None):
+    """The window length that resolves the judged statistics best per second of measuring.
+
+    ``windows``: the first windows' step times (ms, in arrival order); ``arms``: the arm of each
+    (each statistic varies about its own arm's mean: a change between them is not noise);
+    ``overhead_s``: the seconds a window costs besides its steps
+    (settling dropped after switches, the request), on average per window. Per candidate
+    length ``L`` within ``bounds`` and per judged statistic (a window's mean step for the
+    throughput, its median step for the median), the variance of the statistic's log over
+    pieces of that length is estimated from the windows cut into pieces (at least
+    :data:`MIN_CHUNKS`); a length longer than the windows allow is extrapolated from the
+    longest two measured ones by the slope of log variance on log length (kept between 0, a
+    drift no length averages away, and -1, independent steps): that slope is the steps'
+    autocorrelation at work. A window of ``L`` costs ``L + overhead_s`` seconds, so the
+    interval after a fixed time narrows with ``V(L) (L + overhead_s)``, times the square of the
+    Student-t quantile at the degrees of freedom the windows of ``budget_s`` seconds per arm
+    leave at that length (fewer, longer windows: a wider quantile); the plan takes the
+    length where the statistic that resolves best (the least of those products over the
+    candidates) is least. Returns None when the windows give too few pieces for two lengths.
+    """
+    lo, hi = bounds
+    lengths = sorted(set([c for c in candidates if lo <= c <= hi] + [lo]))
+    longest = max(sum(steps) for steps in windows) / 1000.0 if windows else 0.0
+    # the variance is measured on pieces of the windows shorter than they are; its fall with the
+    # length (the slope) is the steps' autocorrelation, and carries it to the lengths asked
+    probes = sorted({round(longest * f, 3) for f in (0.125, 0.25, 1.0 / 3.0, 0.5, 1.0)})
+    per_stat = {}
+    for dim, how in sorted(WINDOW_STATISTICS.items()):
+        measured = []
+        for length in probes:
+            pieces = _cut(windows, length, arms) if length > 0 else []
+            if len(pieces) < MIN_CHUNKS:
+                continue
+            var = _pooled_var([(arm, _log_stat(p, how)) for arm, p in pieces])
+            if var is None:
+                continue
+            measured.append((length, max(var, 1e-12)))
+        if len(measured) < 2:
+            return None
+        xs = [math.log(x) for x, _v in measured]
+        ys = [math.log(v) for _x, v in measured]
+        xbar, ybar = mean(xs), mean(ys)
+        sxx = math.fsum((x - xbar) ** 2 for x in xs)
+        slope = math.fsum((x - xbar) * (y - ybar) for x, y in zip(xs, ys)) / sxx if sxx > 0 else 0.0
+        slope = max(-1.0, min(0.0, slope))
+        l2, v2 = measured[-1]
+        rows = {}
+        for length in lengths:
+            var = v2 * (length / l2) ** slope
+            score = var * (length + overhead_s)
+            if budget_s:
+                # fewer, longer windows leave fewer degrees of freedom: the interval's quantile grows
+                n = max(2.0, budget_s / (length + overhead_s))
+                score *= t_ppf(0.995, max(1, int(2 * n - 3))) ** 2
+            rows[length] = {"variance": var, "score": score}
+        best = min(rows, key=lambda k: rows[k]["score"])
+        per_stat[dim] = {"statistic": how, "slope": round(slope, 3), "rows": rows, "best_s": best}
+    # the statistic that resolves best per second decides the length
+    deciding = min(per_stat, key=lambda d: per_stat[d]["rows"][per_stat[d]["best_s"]]["score"])
+    chosen = per_stat[deciding]["best_s"]
+    return {
+        "window_s": chosen,
+        "decided_by": deciding,
+        "statistic": per_stat[deciding]["statistic"],
+        "overhead_s": round(overhead_s, 3),
+        "lag1_autocorrelation": sig(lag1_autocorrelation(windows) or 0.0),
+        "per_statistic": {
+            d: {
+                "statistic": p["statistic"],
+                "best_s": p["best_s"],
+                "slope": p["slope"],
+                "cv_pct": {str(k): round(100.0 * math.sqrt(r["variance"]), 2) for k, r in sorted(p["rows"].items())},
+            }
+            for d, p in per_stat.items()
+        },
+    }
+
+
+def window_words(plan, measured_s):
+    """The plan in one line for the run's output and the decision."""
+    if plan is None:
+        return "windows kept at %g s (too few steps to size them)" % measured_s
+    p = plan["per_statistic"][plan["decided_by"]]
+    return (
+        "windows of %g s (sized from the first windows of %g s: a window's %s varies %.1f%% at %g s; "
+        "lag-1 autocorrelation of the steps %.2f)"
+        % (
+            plan["window_s"],
+            measured_s,
+            plan["statistic"],
+            p["cv_pct"][str(plan["window_s"])],
+            plan["window_s"],
+            plan["lag1_autocorrelation"],
+        )
+    )

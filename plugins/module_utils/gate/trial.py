@@ -21,6 +21,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.registry i
 )
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import (
+    BUDGET_PRESETS,
     DIMENSIONS,
     WORSE_RULES,
     look_confidence,
@@ -28,7 +29,11 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.blocks import judge_blocks
 from ansible_collections.stacktune.gpu.plugins.module_utils.common.stats import t_ppf
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate.wording import headline
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.wording import (
+    headline,
+    resolution_words,
+    settled_words,
+)
 
 
 # ------------------------------------------------------------------ several workloads
@@ -86,6 +91,18 @@ def combine(results, policy, final):
     return out
 
 
+def decided_on(result, policy):
+    """Whether one workload's trial saw the layer and decided, so that a layer's further
+    workloads need not be measured: a resolved keep under either policy, or a rollback for a
+    dimension measured worse. A workload that could not decide (its budget spent or futile) or
+    could not see the layer (``improve`` rolled back with every dimension resolved and no gain
+    in reach) leaves the decision to the next workload."""
+    verdicts = (result.get("verdicts") or {}).values()
+    if result.get("decision") == "rollback":
+        return "worse" in verdicts or bool(result.get("cause"))
+    return result.get("decision") == "keep" and bool(result.get("resolved"))
+
+
 def half_at_budget(dim, half, df_now, df_budget, per_arm, budget, confidence):
     """The interval half-width ``half`` (now, with ``per_arm`` blocks and ``df_now`` degrees of
     freedom) scaled to ``budget`` blocks per arm: the square root of the blocks and the
@@ -126,82 +143,161 @@ def conditional_power(lean, at_budget, band, q_budget, per_arm, budget):
 _DIM_WORDS = {"throughput": "the throughput", "p50": "the median step", "tail": "the tail", "stalls": "the stalls"}
 
 
-def futility(res, policy, gate, per_arm):
-    """Why the rest of the budget cannot resolve what ``policy`` needs on one workload, or None.
+def project(res, gate, per_arm):
+    """Each judged dimension's half-width projected to the rest of the budget, from its variance now.
+
+    Returns ``{dim: {...}}`` for the dimensions the blocks gave an interval: ``verdict``,
+    ``half`` (now) and ``at_budget`` (at ``max_blocks`` per arm: the square root of the blocks
+    and the Student-t quantile at the degrees of freedom then), ``tolerance``, ``reaches``
+    (the half-width at the budget is within the tolerance: the budget can resolve it either
+    way), ``gain_power`` and ``worse_power`` (the conditional power of the lean now: how often
+    the budget's last look would show it better, or worse, were the estimate the truth; a gain
+    at the stricter confidence a claim of improvement takes) and ``needed`` (blocks per arm
+    for the tolerance). A live trial's windows are its blocks: the same rule for both.
+    """
+    budget = gate.budget["max_blocks"]
+    conf = look_confidence(gate.settings["confidence"], planned_looks(gate.budget["min_blocks"], budget))
+    conf_better = 1.0 - (1.0 - conf) / len(DIMENSIONS)
+    out = {}
+    for dim in DIMENSIONS:
+        block = res.get(dim) or {}
+        half, df = block.get("resolution"), block.get("df")
+        if half is None or not df:
+            continue
+        band = block.get("tolerance") or 0.0
+        df_budget = df + 2 * max(0, budget - per_arm)
+        at_budget = half_at_budget(dim, half, df, df_budget, per_arm, budget, conf)
+        at_better = half_at_budget(dim, half, df, df_budget, per_arm, budget, conf_better)
+        q_budget = t_ppf(0.5 + conf / 2.0, df_budget)
+        q_better = t_ppf(0.5 + conf_better / 2.0, df_budget)
+        if dim == "stalls":
+            gain = -(block.get("difference") or 0.0)  # > 0: fewer stalls
+            scale, scale_better, tol = at_budget, at_better, band
+        else:
+            ratio = block.get("ratio") or 1.0
+            gain = math.log(ratio) if dim == "throughput" else -math.log(ratio)
+            scale, scale_better, tol = math.log1p(at_budget), math.log1p(at_better), math.log1p(band)
+        needed = int(math.ceil(per_arm * (half / band) ** 2)) if band > 0 else None
+        out[dim] = {
+            "verdict": block.get("verdict"),
+            "half": half,
+            "at_budget": at_budget,
+            "tolerance": band,
+            "reaches": at_budget < band,
+            "gain_power": max(
+                conditional_power(gain, scale_better, tol, q_better, per_arm, budget),
+                conditional_power(gain, scale, tol, q_budget, per_arm, budget)
+                if block.get("verdict") == "unknown"
+                else 0.0,
+            ),
+            "worse_power": conditional_power(-gain, scale, tol, q_budget, per_arm, budget),
+            "needed": needed,
+        }
+    return out
+
+
+def _cannot(dim, p, budget):
+    needed = p["needed"]
+    return "%s to %s (+-%s now, +-%s at %d blocks per arm; %s blocks per arm would be needed)" % (
+        _DIM_WORDS[dim],
+        _span(dim, p["tolerance"]),
+        _span(dim, p["half"]),
+        _span(dim, p["at_budget"]),
+        budget,
+        ("about %d" % needed) if needed is not None and needed <= NEEDED_SAID else "over %d" % NEEDED_SAID,
+    )
+
+
+def futility(res, policy, gate, per_arm, detail=None):
+    """Why the rest of the budget cannot decide what ``policy`` needs on one workload, or None.
 
     ``gate``: the checked gate (``settings.check_settings``), its settings and its budget.
+    ``detail``: a dict, filled with the projection per dimension (``project``) and which
+    dimensions could still decide (``could_decide``) and which stay unresolved.
 
-    At a look before the last: per dimension still unknown, the interval's half-width now is
-    scaled to the budget (``max_blocks`` per arm: the square root of the blocks and the
-    Student-t quantile at the degrees of freedom then). ``no_regression`` needs every
-    dimension resolved within its tolerance; when one cannot be, more blocks buy nothing,
-    unless one leans beyond its tolerance the wrong way with a conditional power of at least
-    ``FUTILITY_POWER`` (the rest of the budget would show that regression at least that often
-    were the lean the truth: then measuring goes on). ``improve`` needs one dimension shown
-    better; when none leans to a gain with that conditional power, it stops. A lean well
-    inside the noise at the budget, as a bimodal workload's median, keeps nothing going.
+    The rule is per dimension: the trial stops for futility only when no dimension that could
+    decide the policy can do so in the rest of the budget. A dimension could decide a rollback
+    when it leans the wrong way with a conditional power of at least ``FUTILITY_POWER``; under
+    ``improve`` one could decide a keep when it leans to a gain with that power at the
+    confidence a gain takes (a dimension judged ``same`` because its gain is not yet shown at
+    that stricter level counts: the median of a bursty loader is often that); under
+    ``no_regression`` a keep needs every unknown dimension within its tolerance, so one that
+    can never reach it (the stalls of a DataLoader-bound program) makes the keep undecidable
+    and the trial stops unless a regression could still be shown. Once a gain is shown, the
+    dimensions a keep still needs (the tail, the stalls) that cannot reach their tolerance
+    are reported unresolved, not waited for.
     """
     budget = gate.budget["max_blocks"]
     if res.get("resolved") or per_arm >= budget or res.get("blocks_before") is None:
         return None
-    conf = look_confidence(gate.settings["confidence"], planned_looks(gate.budget["min_blocks"], budget))
-    hopeless, leaning_worse, gains, leans = [], [], [], False
-    for dim in DIMENSIONS:
-        block = res.get(dim) or {}
-        half, df = block.get("resolution"), block.get("df")
-        if block.get("verdict") != "unknown" or half is None or not df:
-            continue
-        band = block.get("tolerance") or 0.0
-        df_budget = df + 2 * (budget - per_arm)
-        at_budget = half_at_budget(dim, half, df, df_budget, per_arm, budget, conf)
-        q_budget = t_ppf(0.5 + conf / 2.0, df_budget)
-        if dim == "stalls":
-            gain = -(block.get("difference") or 0.0)  # > 0: fewer stalls
-            scale = (at_budget, band)
-        else:
-            ratio = block.get("ratio") or 1.0
-            gain = math.log(ratio) if dim == "throughput" else -math.log(ratio)
-            scale = (math.log1p(at_budget), math.log1p(band))
-        worse_power = conditional_power(-gain, scale[0], scale[1], q_budget, per_arm, budget)
-        gain_power = conditional_power(gain, scale[0], scale[1], q_budget, per_arm, budget)
-        if worse_power >= FUTILITY_POWER:
-            leaning_worse.append(dim)
-        if gain_power >= FUTILITY_POWER:
-            gains.append(dim)
-        leans = True
-        if at_budget >= band > 0:
-            needed = int(math.ceil(per_arm * (half / band) ** 2))
-            hopeless.append(
-                "%s to %s (+-%s now, +-%s at %d blocks per arm; %s blocks per arm would be needed)"
-                % (
-                    _DIM_WORDS[dim],
-                    _span(dim, band),
-                    _span(dim, half),
-                    _span(dim, at_budget),
-                    budget,
-                    ("about %d" % needed) if needed <= NEEDED_SAID else "over %d" % NEEDED_SAID,
-                )
-            )
-    if policy == "no_regression":
-        if hopeless and not leaning_worse:
-            return "cannot resolve " + "; ".join(hopeless)
-        return None
+    proj = project(res, gate, per_arm)
+    unknown = [d for d in DIMENSIONS if d in proj and proj[d]["verdict"] == "unknown"]
+    hopeless = [d for d in unknown if not proj[d]["reaches"]]
+    leaning_worse = [d for d in proj if proj[d]["verdict"] != "worse" and proj[d]["worse_power"] >= FUTILITY_POWER]
     improved = [d for d in DIMENSIONS if (res.get(d) or {}).get("verdict") == "better"]
-    if improved:
+    gains = [d for d in proj if proj[d]["verdict"] in ("unknown", "same") and proj[d]["gain_power"] >= FUTILITY_POWER]
+    words = "; ".join(_cannot(d, proj[d], budget) for d in hopeless)
+    could = list(leaning_worse)
+    if policy == "no_regression":
+        why = "cannot resolve " + words if hopeless and not leaning_worse else None
+        if not hopeless:
+            could += [d for d in unknown if d not in could]
+    elif improved:
         # the improvement is shown; what is left unknown (the tail, mostly) cannot veto it when
         # the budget cannot resolve it: it is reported as unresolved, not taken as worse
+        why = None
         if hopeless and not leaning_worse:
-            return "%s shown better; cannot resolve %s" % (
-                " and ".join(_DIM_WORDS[d] for d in improved),
-                "; ".join(hopeless),
+            why = "%s shown better; cannot resolve %s" % (" and ".join(_DIM_WORDS[d] for d in improved), words)
+        could += [d for d in unknown if d not in hopeless and d not in could]
+    else:
+        could += [d for d in gains if d not in could]
+        why = None
+        if unknown and not could:  # all resolved: the judge's own rule ends it (no gain left in reach)
+            why = "no improvement of the %s asked for that the budget could show (%s)" % (
+                _span("throughput", gate.settings["min_gain"]),
+                words or "no dimension leans to a gain",
             )
-        return None
-    if leans and not gains and not leaning_worse:
-        return "no improvement of the %s asked for that the budget could show (%s)" % (
-            _span("throughput", gate.settings["min_gain"]),
-            "; ".join(hopeless) or "no dimension leans to a gain",
+    if detail is not None:
+        detail.update(
+            projection={
+                d: {k: (sig_round(v) if isinstance(v, float) else v) for k, v in p.items()} for d, p in proj.items()
+            },
+            could_decide=could,
+            unresolved=hopeless,
         )
-    return None
+    return why
+
+
+def sig_round(value):
+    return float("%.4g" % value)
+
+
+def budget_hint(result, policy, gate):
+    """A larger budget by name, when ``improve`` rolled back a gain it leaned to but could not
+    show (a 5% gain of a DataLoader-bound program): ``{"preset", "words"}`` or None."""
+    if policy != "improve" or result.get("decision") != "rollback" or result.get("resolved"):
+        return None
+    preset = BUDGET_PRESETS["small_changes"]
+    live = gate.budget["max_blocks"] == gate.budget.get("max_windows")  # settings.live_gate
+    if gate.budget["max_blocks"] >= preset["max_windows" if live else "max_blocks"]:
+        return None
+    leans = []
+    for dim in ("throughput", "p50"):
+        block = result.get(dim) or {}
+        ratio = block.get("ratio")
+        if not ratio or block.get("verdict") not in ("unknown", "same"):
+            continue
+        gain = ratio - 1.0 if dim == "throughput" else 1.0 - ratio
+        if gain >= gate.settings["min_gain"]:
+            leans.append("%s %+.1f%%" % (_DIM_WORDS[dim], 100.0 * gain))
+    if not leans:
+        return None
+    return {
+        "preset": "small_changes",
+        "words": "a gain of this size (%s) needs a longer trial: stacktune_gate_budget: {preset: small_changes} "
+        "measures up to %d windows per arm live (a 5%% gain of a DataLoader-bound program: about 2 minutes, "
+        "at most 5) and %d blocks per arm" % (", ".join(leans), preset["max_windows"], preset["max_blocks"]),
+    }
 
 
 def _span(dim, value):
@@ -434,7 +530,7 @@ class Trial:
             return bool(data[w]["on"]["blocks"] or data[w]["off"]["blocks"] or voids)
 
         active = list(self.workloads)  # workloads still measured; futile ones stop early
-        futile = {}
+        futile, stop_rule = {}, {}
         while result is None:
             quad = self.MIRROR if self.rng is not None and self.rng.random() < 0.5 else self.ORDER
             for arm in quad:
@@ -476,7 +572,9 @@ class Trial:
                 # calibrate, then tune: a workload the budget cannot resolve stops taking blocks
                 per = judged.get("workloads") or {self.workloads[0]: judged}
                 for w in list(active):
-                    why = futility(per.get(w) or {}, self.policy, self.gate, per_arm["on"])
+                    detail = {}
+                    why = futility(per.get(w) or {}, self.policy, self.gate, per_arm["on"], detail)
+                    stop_rule[w] = detail
                     if why:
                         futile[w] = why
                         active.remove(w)
@@ -495,6 +593,17 @@ class Trial:
                 words,
             )
             result["summary"] = "%s; stopped early: %s" % (result["summary"], words)
+        if stop_rule:
+            result["stop_rule"] = stop_rule
+        hint = budget_hint(result, self.policy, self.gate)
+        if hint:
+            result["budget_hint"] = hint["preset"]
+            result["reason"] = "%s; %s" % (result["reason"], hint["words"])
+            result["summary"] = "%s; %s" % (result["summary"], hint["words"])
+        decided, left = settled_words(result)
+        result["decided_by"], result["left_unresolved"] = decided, left
+        if decided or left:
+            result["reason"] = "%s; %s" % (result["reason"], resolution_words(decided, left))
         self.data = data
         result["cost"] = block_cost(cost)
         share = result["cost"]["total"].get("measured_share")
@@ -515,6 +624,48 @@ class Trial:
             layer_on=self.on,
         )
         return result
+
+
+def run_staged(workloads, make_trial, policy, clock, max_seconds):
+    """One trial per workload, one after the other, the next only while the ones before could
+    not decide (``decided_on``): under ``improve`` a layer's second workload costs time only
+    where the first cannot see the layer or cannot decide. ``make_trial(workload, seconds_left)``
+    returns a ``Trial`` of that one workload. Returns the combined decision (final: nothing more
+    will be measured) and the trials by workload."""
+    started = clock()
+    results, trials = {}, {}
+    for w in workloads:
+        left = max(1, int(max_seconds - (clock() - started)))
+        trials[w] = make_trial(w, left)
+        results[w] = trials[w].run()
+        if decided_on(results[w], policy) or clock() - started >= max_seconds:
+            break
+    measured = list(results)
+    skipped = [w for w in workloads if w not in results]
+    if skipped:
+        results[measured[-1]]["reason"] = "%s; not measured on %s: %s decided" % (
+            results[measured[-1]]["reason"],
+            ", ".join(skipped),
+            measured[-1],
+        )
+    decision = combine(results, policy, True) if len(results) > 1 else dict(results[measured[0]])
+    cost = {}
+    for w in measured:
+        cost.update({k: v for k, v in (results[w].get("cost") or {}).items() if k != "total"})
+    decision.update(
+        workloads_measured=measured,
+        cost=block_cost(cost),
+        blocks={
+            "with": max(r["blocks"]["with"] for r in results.values()),
+            "without": max(r["blocks"]["without"] for r in results.values()),
+        },
+        toggles=sum(r["toggles"] for r in results.values()),
+        order=[arm for w in measured for arm in results[w]["order"]],
+        void_blocks=[v for w in measured for v in results[w]["void_blocks"]],
+        layer_on=results[measured[-1]]["layer_on"],
+        seconds=round(clock() - started, 1),
+    )
+    return decision, trials
 
 
 # ------------------------------------------------------------------ which workloads

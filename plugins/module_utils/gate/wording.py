@@ -225,3 +225,81 @@ def decide_reason(result, conf):
             blocks,
         )
     return result
+
+
+_DIM_NAMES = {"throughput": "throughput", "p50": "median step", "tail": "tail", "stalls": "stalled steps"}
+
+
+def _dim_number(dim, block):
+    """One dimension's change and its noise in numbers: ``x0.894 +-8.1%`` or ``+2.0 points +-7.33``."""
+    if dim == "stalls":
+        if block.get("difference") is None:
+            return "too few blocks"
+        text = "%+.2f points" % (block["difference"] * 100.0)
+        if block.get("resolution") is not None:
+            text += " +-%.2f" % (block["resolution"] * 100.0)
+        return text
+    if block.get("ratio") is None:
+        return "too few blocks"
+    text = "x%.3g" % block["ratio"]
+    if block.get("resolution") is not None:
+        text += " +-%.1f%%" % (block["resolution"] * 100.0)
+    return text
+
+
+def settled_words(result):
+    """What decided and what stayed unresolved, per dimension, in numbers: two lists of
+    ``{"dimension", "verdict", "change"}`` (and the tolerance and the half-width at the budget for
+    an unresolved one, where the stop rule projected it). The dimensions that decide are the worse
+    ones of a rollback, the better ones of a keep; a policy's decision at the budget or on a
+    stop is decided by what was resolved, and says so."""
+    verdicts = result.get("verdicts") or {}
+    decision = result.get("decision")
+    if decision == "rollback" and "worse" in verdicts.values():
+        deciding = [d for d in DIMENSIONS if verdicts.get(d) == "worse"]
+    elif decision == "keep" and "better" in verdicts.values():
+        deciding = [d for d in DIMENSIONS if verdicts.get(d) == "better"]
+    else:
+        deciding = [d for d in DIMENSIONS if verdicts.get(d) in ("same", "better", "worse")]
+    projected = {}
+    for rule in (result.get("stop_rule") or {}).values():
+        projected.update(rule.get("projection") or {})
+    decided, left = [], []
+    for dim in DIMENSIONS:
+        block = result.get(dim) or {}
+        if not block:
+            continue
+        row = {"dimension": dim, "verdict": verdicts.get(dim), "change": _dim_number(dim, block)}
+        if dim in deciding:
+            decided.append(row)
+        elif verdicts.get(dim) == "unknown":
+            p = projected.get(dim)
+            if p:
+                row["tolerance"] = p["tolerance"]
+                row["at_budget"] = p["at_budget"]
+            left.append(row)
+    return decided, left
+
+
+def resolution_words(decided, left):
+    """``decided by the median step (better, x0.894 +-8.1%); unresolved: stalled steps (+2.0 points
+    +-7.33; +-5.20 at the budget, tolerance 0.50)``."""
+    parts = []
+    if decided:
+        parts.append(
+            "decided by %s"
+            % ", ".join("the %s (%s, %s)" % (_DIM_NAMES[r["dimension"]], r["verdict"], r["change"]) for r in decided)
+        )
+    if left:
+        words = []
+        for r in left:
+            text = "%s (%s" % (_DIM_NAMES[r["dimension"]], r["change"])
+            if r.get("at_budget") is not None:
+                stalls = r["dimension"] == "stalls"
+                text += "; +-%s at the budget, tolerance %s" % (
+                    ("%.2f" % (r["at_budget"] * 100.0)) if stalls else ("%.1f%%" % (r["at_budget"] * 100.0)),
+                    ("%.2f points" % (r["tolerance"] * 100.0)) if stalls else ("%.1f%%" % (r["tolerance"] * 100.0)),
+                )
+            words.append(text + ")")
+        parts.append("unresolved: %s" % ", ".join(words))
+    return "; ".join(parts)

@@ -82,7 +82,7 @@ class NvmlKind(Kind):
     # (a 700 -> 450 W switch read as 1.19x in every 3-second window of one process on an H200,
     # docs/gate.md); the compute mode only for CUDA contexts created after it
     running = True
-    settle_s = 1.0
+    settle_s = 0.1
 
     def seen_running(self, s):
         return s.get("field") != "compute_mode"

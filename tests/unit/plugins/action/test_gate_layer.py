@@ -417,3 +417,16 @@ def test_the_budget_is_an_option_of_its_own_and_its_errors_name_the_variable(mon
         task_vars={}
     )
     assert res["gate"]["decision"] == "rollback" and res["gate"]["blocks"] == {"with": 4, "without": 4}
+
+
+def test_under_improve_the_second_workload_is_measured_only_when_the_first_cannot_decide(monkeypatch):
+    # the layer makes every workload 10% faster: train_step shows it, dataloader is never run
+    host = FakeHost(effect=0.9)
+    args = dict(BASE, layer="kernel", policy="improve", workloads=["train_step", "dataloader"], gpu_count=1)
+    res = action(args, host, monkeypatch=monkeypatch).run(task_vars={})
+    gate = res["gate"]
+    assert gate["decision"] == "keep" and gate["workloads_measured"] == ["train_step"]
+    assert {a["workload"] for name, a in host.calls if name == "bench"} == {"train_step"}
+    assert "not measured on dataloader: train_step decided" in gate["reason"]
+    assert res["samples_by_workload"]["dataloader"] == {"without": [], "with": []}
+    assert host.calls[-1][1]["state"] == "kept"

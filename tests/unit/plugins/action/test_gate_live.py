@@ -315,3 +315,18 @@ def test_a_harmless_layer_is_judged_on_every_workload(monkeypatch):
     assert gate["decision"] == "keep" and gate["workloads_measured"] == ["train_step", "dataloader"]
     assert sorted(gate["workloads"]) == ["dataloader", "train_step"]
     assert gate["method"] == "live" and gate["final"] is True
+
+
+def test_under_improve_a_second_workload_is_measured_only_when_the_first_cannot_decide(monkeypatch):
+    # the layer makes the training step 20% faster: shown on train_step, dataloader never started
+    host = FakeLiveHost({"train_step": 0.8})
+    res = action(fake_live_args("kernel", "improve", ["train_step", "dataloader"]), host, monkeypatch).run(task_vars={})
+    gate = res["gate"]
+    assert gate["decision"] == "keep" and gate["workloads_measured"] == ["train_step"]
+    started = [a["workload"] for name, a in host.calls if name == "bench" and a.get("live") == "started"]
+    assert started == ["train_step"]
+    assert "not measured on dataloader: train_step decided" in gate["reason"]
+    # a layer the first workload cannot see (no change on it): the second one is measured
+    flat = FakeLiveHost({"dataloader": 0.8})
+    res = action(fake_live_args("kernel", "improve", ["train_step", "dataloader"]), flat, monkeypatch).run(task_vars={})
+    assert res["gate"]["workloads_measured"] == ["train_step", "dataloader"]
