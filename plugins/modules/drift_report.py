@@ -113,12 +113,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal impor
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import command_runner
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.listing import ListingFailed, read_journal
 from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.node_exporter import AUTO
-from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.textfile import (
-    MetricsFailed,
-    file_mode,
-    place,
-    write_metrics,
-)
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.textfile import MetricsFailed, MetricsFile
 
 
 def main():
@@ -132,14 +127,11 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    where = None
+    metrics = None
     try:
         if p["metrics"]:
             # a directory that cannot be used is refused before anything is read
-            mode = file_mode(p["metrics_mode"])
-            where, warnings = place(p["metrics_directory"])
-            for warning in warnings:
-                module.warn(warning)
+            metrics = MetricsFile(module, p["metrics_directory"], p["metrics_mode"])
         result = read_journal(
             p["journal_dir"],
             p["root"],
@@ -150,22 +142,14 @@ def main():
         )
         result["drift"] = [sid for layer in result["verified"] for sid in layer["drift"]]
         result["changed"] = False
-        if where is not None:
-            written = write_metrics(
-                where,
-                "drift",
-                not result["drift"],
-                rooted(p["root"] or "/", p["journal_dir"]),
-                drift_settings=len(result["drift"]),
-                drift_corrected=0,
-                mode=mode,
-                check_mode=module.check_mode,
-                diff=module._diff,
-            )
+        if metrics is not None:
+            journal_dir = rooted(p["root"] or "/", p["journal_dir"])
+            written = metrics.write("drift", not result["drift"], journal_dir, drift_settings=len(result["drift"]),
+                                    drift_corrected=0)  # fmt: skip
             result["changed"] = written["changed"]
             if "diff" in written:
                 result["diff"] = written.pop("diff")
-            result["metrics"] = dict(where, **{k: written[k] for k in ("changed", "written", "series")})
+            result["metrics"] = dict(metrics.where, **{k: written[k] for k in ("changed", "written", "series")})
     except ListingFailed as exc:
         module.fail_json(msg=exc.msg, **exc.extra)
     except MetricsFailed as exc:
