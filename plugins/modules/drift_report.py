@@ -41,6 +41,7 @@ options:
     type: str
     default: "0644"
 extends_documentation_fragment:
+  - stacktune.gpu.attributes
   - stacktune.gpu.journal
   - stacktune.gpu.journal.root
   - stacktune.gpu.journal.lock_check
@@ -54,10 +55,6 @@ attributes:
   idempotent:
     support: full
     description: A second run on an unchanged host reports no change (the metrics' timestamps alone are no change).
-  platform:
-    support: full
-    platforms: posix
-    description: Linux hosts.
 seealso:
   - module: stacktune.gpu.journal_info
   - module: stacktune.gpu.textfile_metrics

@@ -99,6 +99,8 @@ options:
     default: false
     version_added: 0.2.0
 extends_documentation_fragment:
+  - stacktune.gpu.attributes
+  - stacktune.gpu.attributes.no_diff
   - stacktune.gpu.journal
   - stacktune.gpu.journal.root
   - stacktune.gpu.journal.run_id
@@ -106,13 +108,6 @@ attributes:
   check_mode:
     support: full
     description: Reports whether another run's lock would be broken and what would be recovered; writes nothing.
-  diff_mode:
-    support: none
-    description: No diff is returned.
-  platform:
-    support: full
-    platforms: posix
-    description: Linux hosts.
 seealso:
   - module: stacktune.gpu.host_settings
 """
