@@ -179,7 +179,6 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import (
     LockTimeout,
     RunLock,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import _how as lease_end_words
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context, SpecError, command_runner
 
 
@@ -282,8 +281,12 @@ def _lease_ended(lock, run_id):
     ended = lock.ended(run_id)
     if ended is None or (ended.get("ended") == "released" and ended.get("by") == run_id):
         return None
-    words = lease_end_words(ended)
-    return "the host's watchdog ended the run: " + words if ended.get("ended") == "watchdog" else words
+    if ended.get("ended") == "watchdog":
+        return (
+            "the host's watchdog ended the run: its lease ran out at %s with nobody renewing it, and the host "
+            "put the layers the run left undecided back" % ended.get("time")
+        )
+    return "its lease ended at %s (%s by run %s)" % (ended.get("time"), ended.get("ended"), ended.get("by"))
 
 
 if __name__ == "__main__":
