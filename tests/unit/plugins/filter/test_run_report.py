@@ -338,7 +338,7 @@ def test_a_run_whose_lease_the_watchdog_ended_says_so_first():
     lines = text.splitlines()
     assert lines[0] == "# stacktune run run-9 on h" and lines[1] == ""
     assert lines[2].startswith("**This run no longer held the host when it wrote this report**: the host's watchdog")
-    said = " ".join(text.split("| layer |")[0].split())
+    said = " ".join(text.split("| layer |", maxsplit=1)[0].split())
     assert "the host put its undecided layers back. Run run-9 stopped there" in said
     assert "not necessarily the host's state now" in said
     # a run that held the host to its end says nothing of the kind

@@ -38,7 +38,8 @@ def ended_by_watchdog(root, run_id="run-a"):
     lock.take(run_id, "alice@ctl", 600, entry="tune")
     raw = dict(lock.holder(), expires_ts=time.time() - 1)
     raw.pop("expired", None)
-    lock._write(raw, lock.past())  # pylint: disable=protected-access - the clock is not ours to move
+    # the clock is not ours to move: the lease is written as expired
+    lock._write(raw, lock.past())  # pylint: disable=protected-access
     watchdog.watch(run_id, JOURNAL, str(root), sleep=lambda _s: None)
     assert lock.holder() is None and lock.past()[-1]["ended"] == "watchdog"
 
