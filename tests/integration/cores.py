@@ -6,11 +6,9 @@ the scenario's container exists (``molecule create -s cores && molecule prepare 
 where each VENV holds one ansible bundle (``tools/bootstrap.sh cores`` makes them from
 requirements-cores.txt; STACKTUNE_CORES names them when no argument does).
 
-The scenario's two containers are tuned once per ansible-core with that core's
+The molecule container is tuned once per ansible-core, one after the other, with that core's
 ``ansible-playbook``, as a fresh host each time (the previous core's journal removed after its
-rollback): the cores are dealt to the containers in turn and the two containers run side by
-side, one core each at a time (two runs on two processor cores; the stall the gate must see is
-a tail many times longer, far beyond what the other run's noise moves):
+rollback):
 1. ``tune.yml`` with the gate on two layers, as the gate scenario has them: a sysctl that the
    unprivileged container can only persist (kept unmeasured) and the test-only tail_stall
    layer, which makes the test workload stall (rolled back by the gate on the tail, in blocks);
@@ -28,7 +26,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 from safety import HASH_SCRIPT
@@ -36,7 +33,7 @@ from safety import HASH_SCRIPT
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 SCENARIO = os.path.join(REPO, "extensions", "molecule", "cores")
-HOSTS = os.environ.get("STACKTUNE_CORES_HOSTS", "cores-a cores-b").split()
+HOST = os.environ.get("STACKTUNE_CORES_HOST", "cores-a")
 TAIL_STALL = os.path.join(REPO, "extensions", "molecule", "gate", "roles", "tail_stall")
 STEP = ["python3", "/usr/local/bin/stacktune-test-step", "--steps", "520"]
 # What the layers manage on the container, hashed before the tune and after the rollback:
@@ -76,9 +73,9 @@ def podman(*args, **kwargs):
     return subprocess.run(["podman"] + list(args), check=False, capture_output=True, text=True, **kwargs)
 
 
-def sh(host, script):
-    run = podman("exec", host, "sh", "-c", script)
-    check(run.returncode == 0, "%s: %s failed: %s" % (host, script, run.stderr))
+def sh(script):
+    run = podman("exec", HOST, "sh", "-c", script)
+    check(run.returncode == 0, "%s: %s failed: %s" % (HOST, script, run.stderr))
     return run.stdout
 
 
@@ -184,18 +181,18 @@ def playbook(venv, work, name, playbook_path, inventory, extra):
     return time.time() - started, text
 
 
-def one_core(venv, host, work):
+def journal(layer):
+    return json.loads(sh("cat /var/lib/stacktune/layers/%s.json" % layer))
+
+
+def one_core(venv, work):
     core = core_of(venv)
     tag = "core-" + core
-
-    def journal(layer):
-        return json.loads(sh(host, "cat /var/lib/stacktune/layers/%s.json" % layer))
-
     reports = os.path.join(work, "reports-" + core)
-    inventory = os.path.join(work, "inventory-%s.json" % core)
+    inventory = os.path.join(work, "inventory.json")
     with open(inventory, "w") as handle:
-        json.dump({"all": {"hosts": {host: {}}, "vars": VARS}}, handle)
-    before = sh(host, STATE)
+        json.dump({"all": {"hosts": {HOST: {}}, "vars": VARS}}, handle)
+    before = sh(STATE)
 
     tune_s, text = playbook(
         venv, work, tag + "-tune", "tune.yml", inventory, {"stacktune_report_dir": reports, "stacktune_run_id": tag}
@@ -221,7 +218,7 @@ def one_core(venv, host, work):
         kernel.get("state") == "kept" and (kernel.get("decision") or {}).get("measurable") is False,
         "%s: the persisted-only kernel layer was not kept unmeasured: %s" % (tag, json.dumps(kernel)[:2000]),
     )
-    held = sorted(sh(host, "ls /var/lib/stacktune/layers").split())
+    held = sorted(sh("ls /var/lib/stacktune/layers").split())
     check("memory.json" in held, "%s: no journal of the memory layer: %s" % (tag, held))
     for name in held:
         if name.endswith(".json") and name not in ("tail_stall.json",):
@@ -233,26 +230,25 @@ def one_core(venv, host, work):
                 entry.get("state") == "kept" or held_nothing,
                 "%s: layer %s is %s, not kept: %s" % (tag, name, entry.get("state"), json.dumps(entry)[:1000]),
             )
-    sysctl = sh(host, "cat /etc/sysctl.d/60-stacktune-kernel.conf")
-    check("vm.overcommit_memory = 1" in sysctl, "%s: sysctl not kept" % tag)
-    check("absent" in sh(host, "ls /etc/stacktune-test/stall.conf 2>/dev/null || echo absent"), "%s: stall left" % tag)
-    with open(os.path.join(reports, tag, host + ".json")) as handle:
+    check("vm.overcommit_memory = 1" in sh("cat /etc/sysctl.d/60-stacktune-kernel.conf"), "%s: sysctl not kept" % tag)
+    check("absent" in sh("ls /etc/stacktune-test/stall.conf 2>/dev/null || echo absent"), "%s: stall left" % tag)
+    with open(os.path.join(reports, tag, HOST + ".json")) as handle:
         report = json.load(handle)
 
     rollback_s, _text = playbook(
         venv, work, tag + "-rollback", "playbooks/rollback.yml", inventory, {"stacktune_run_id": tag + "-rollback"}
     )
-    after = sh(host, STATE)
+    after = sh(STATE)
     check(
         after == before,
         "%s: rollback.yml did not restore the state before the tune:\n%s\nvs\n%s" % (tag, before, after),
     )
     # the next core tunes a fresh host
-    sh(host, "rm -rf /var/lib/stacktune")
+    sh("rm -rf /var/lib/stacktune")
     print(
-        "ansible-core %s on %s: tune %.0f s (stall rolled back by the gate on %s+%s blocks, sysctl kept unmeasured), "
+        "ansible-core %s: tune %.0f s (stall rolled back by the gate on %s+%s blocks, sysctl kept unmeasured), "
         "rollback %.0f s (state restored)"
-        % (core, host, tune_s, decision["blocks"]["with"], decision["blocks"]["without"], rollback_s),
+        % (core, tune_s, decision["blocks"]["with"], decision["blocks"]["without"], rollback_s),
         flush=True,
     )
     return core, shape(report)
@@ -264,25 +260,10 @@ def main(argv):
     for venv in venvs:
         check(os.access(os.path.join(venv, "bin", "ansible-playbook"), os.X_OK), "%s has no ansible-playbook" % venv)
     work = tempfile.mkdtemp(prefix="stacktune-cores-")
-    shapes, failures = {}, []
-
-    def lane(host, mine):
-        # each container's runs in a work folder (and ANSIBLE_HOME) of their own
-        folder = os.path.join(work, host)
-        os.makedirs(folder)
-        try:
-            for venv in mine:
-                core, report_shape = one_core(os.path.abspath(venv), host, folder)
-                shapes[core] = report_shape
-        except Failure as exc:
-            failures.append(str(exc))
-
-    lanes = [threading.Thread(target=lane, args=(h, venvs[i :: len(HOSTS)])) for i, h in enumerate(HOSTS)]
-    for thread in lanes:
-        thread.start()
-    for thread in lanes:
-        thread.join()
-    check(not failures, "\n".join(failures))
+    shapes = {}
+    for venv in venvs:
+        core, report_shape = one_core(os.path.abspath(venv), work)
+        shapes[core] = report_shape
     newest = max(shapes, key=lambda c: tuple(int(p) for p in c.split(".")))
     problems = []
     for core, report_shape in sorted(shapes.items()):
