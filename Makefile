@@ -51,7 +51,22 @@ facts: deps-run
 	ansible-playbook playbooks/facts.yml $(ARGS)
 
 ## make test: every check CI runs: lint, sanity, unit tests, the installed collection, molecule scenarios, the other ansible-core versions
-test: deps-test lint sanity unit installed molecule cores
+# Two lanes where nothing measures time: the other ansible-core versions' venvs, sanity and unit
+# tests run beside lint, sanity, the unit tests and the installed collection (each lane keeps
+# about one core busy; their output follows, in order). The molecule scenarios, whose gate
+# measures step times, then run alone, the cores scenario last. docs/benchmarks.md has the times.
+test: deps-test
+	@set -e; lane="$$(mktemp "$${TMPDIR:-/tmp}/stacktune-cores-lane.XXXXXX")"; \
+	echo "== beside lint, sanity, unit and installed: the other ansible-core versions' venvs, sanity and unit tests ($$(date -u +%T))"; \
+	( $(MAKE) --no-print-directory deps-cores && CORES_STEPS="sanity unit" tools/test-cores.sh ) > "$$lane" 2>&1 & other=$$!; \
+	main=0; $(MAKE) --no-print-directory lint sanity unit installed || main=$$?; \
+	cores=0; wait $$other || cores=$$?; \
+	echo "== the other ansible-core versions' venvs, sanity and unit tests, run beside the above (done $$(date -u +%T)):"; \
+	cat "$$lane"; rm -f "$$lane"; \
+	[ $$main -eq 0 ] || { echo "stacktune: make test: lint, sanity, unit or installed failed (above)" >&2; exit 1; }; \
+	[ $$cores -eq 0 ] || { echo "stacktune: make test: the other ansible-core versions failed (above)" >&2; exit 1; }; \
+	$(MAKE) --no-print-directory molecule; \
+	CORES_STEPS=molecule $(MAKE) --no-print-directory cores
 
 deps-run:
 	@tools/bootstrap.sh run

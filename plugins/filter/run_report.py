@@ -67,7 +67,7 @@ def plan_lines(layers, plans):
             "%d to change (%s)" % (len(changes), ", ".join(changes)) if changes else "nothing to change",
         )
         if notes:
-            line += " - " + "; ".join(str(n) for n in notes)
+            line += " - " + "; ".join(_note(n) for n in notes)
         out.append(line)
         out += [
             "  %s overridden: %s" % (row.get("id"), row.get("reason"))
@@ -109,6 +109,23 @@ def _verdict(r):
     return verdict(gate)
 
 
+def _persisted_only(r):
+    """The changed settings whose live value was already set: only their persistence was written."""
+    return [s for s in _changed(r.get("settings")) if not _live_changed(s)]
+
+
+def _changed_words(r):
+    """How many settings a kept layer changed, live and only persisted: "3 setting(s) changed",
+    "nothing changed live, 8 setting(s) already set persisted", or both."""
+    n = len(_changed(r.get("settings")))
+    persisted = len(_persisted_only(r))
+    if not persisted:
+        return "%d setting(s) changed" % n
+    if persisted == n:
+        return "nothing changed live, %d setting(s) already set persisted" % n
+    return "%d setting(s) changed, %d more already set persisted" % (n - persisted, persisted)
+
+
 def _outcome(r, check_mode, gated):
     n = len(_changed(r.get("settings")))
     gate = r.get("gate")
@@ -120,9 +137,9 @@ def _outcome(r, check_mode, gated):
     elif r.get("decision") == "rollback":
         line = "%s: ROLLED BACK (%d setting(s) put back) - %s" % (r["layer"], len(restored_ids(r)), _verdict(r))
     elif r.get("decision") == "keep" and gate:
-        line = "%s: kept (%d setting(s) changed) - %s" % (r["layer"], n, _verdict(r))
+        line = "%s: kept (%s) - %s" % (r["layer"], _changed_words(r), _verdict(r))
     elif n:
-        line = "%s: kept (%d setting(s) changed), not measured%s" % (r["layer"], n, "" if gated else " (gate off)")
+        line = "%s: kept (%s), not measured%s" % (r["layer"], _changed_words(r), "" if gated else " (gate off)")
     else:
         line = "%s: nothing to change" % r["layer"]
     if r.get("pending_reboot"):
@@ -159,6 +176,19 @@ OUTCOMES = {"keep": "kept", "rollback": "rolled back", "inconclusive": "inconclu
 def _text(value):
     """A value as a template prints it: None as nothing."""
     return "" if value is None else str(value)
+
+
+def _note(note):
+    """A layer's note in words: a finding (bios: id, severity, subject, note, remediation) as
+    "[warning] subject id: note => remediation", any other dict as its key: value pairs."""
+    if not isinstance(note, dict):
+        return _text(note)
+    if "note" in note:
+        head = "[%s] " % note["severity"] if note.get("severity") else ""
+        subject = " ".join(_text(note.get(k)) for k in ("subject", "id") if note.get(k))
+        line = head + (subject + ": " if subject else "") + _text(note["note"])
+        return line + (" => %s" % note["remediation"] if note.get("remediation") else "")
+    return "; ".join("%s: %s" % (k, _text(v)) for k, v in note.items())
 
 
 def _cut(value):
@@ -359,6 +389,11 @@ def outcome_word(r, check_mode=False):
     return "nothing to change"
 
 
+def _changed_cell(r):
+    n, persisted = len(_changed(r.get("settings"))), len(_persisted_only(r))
+    return "%d (%d only persisted)" % (n, persisted) if persisted else str(n)
+
+
 def _layer_row(r, check_mode):
     gate = r.get("gate")
     if check_mode:
@@ -376,7 +411,7 @@ def _layer_row(r, check_mode):
         _text(r["layer"]),
         _text(r.get("policy")) if gate else "-",
         "**%s**" % outcome_word(r, check_mode),
-        str(len(_changed(r.get("settings")))),
+        _changed_cell(r),
         str(len(r.get("pending_reboot") or [])),
         measured,
         _cell(verdict_text),
@@ -394,7 +429,22 @@ def _details(r, budget):
     return lines
 
 
-def report_markdown(results, host, run_id, facts, check_mode=False, acceptance=None, plot=None, budget=None):
+def _lease_lines(lease, run_id):
+    """What the report says first when its run no longer held the host (run_lock's lease_ended)."""
+    ended = lease.get("lease_ended")
+    if not ended:
+        return []
+    return [
+        "**This run no longer held the host when it wrote this report**: %s. Run %s stopped there; the"
+        % (_text(ended), _text(run_id)),
+        "outcomes below are what it knew when it lost the host, not necessarily the host's state now",
+        "(the verify playbook shows that).",
+    ]
+
+
+def report_markdown(
+    results, host, run_id, facts, check_mode=False, acceptance=None, plot=None, budget=None, lease=None
+):
     """The host's report of one run as Markdown: the host, the acceptance, one row per layer, then
     per layer its settings (before, set to, now) and the details: the statistics, the file diffs."""
     results = _results(results, "report_markdown")
@@ -406,8 +456,10 @@ def report_markdown(results, host, run_id, facts, check_mode=False, acceptance=N
     acceptance = plain(acceptance) if hasattr(acceptance, "keys") else {}
     plot = plain(plot) if hasattr(plot, "keys") else {}
     budget = plain(budget) if hasattr(budget, "keys") else None
+    lease = plain(lease) if hasattr(lease, "keys") else {}
     check_mode = bool(check_mode)
     lines = _head(host, run_id, facts, check_mode, acceptance, plot)
+    lines[1:1] = ([""] + _lease_lines(lease, run_id)) if lease.get("lease_ended") else []
     if not check_mode and any((r.get("gate") or {}).get("method") == "live" for r in results if isinstance(r, dict)):
         lines += HOW_TO_READ_LIVE + [""]
     lines += [
@@ -426,7 +478,7 @@ def report_markdown(results, host, run_id, facts, check_mode=False, acceptance=N
             table, diffs = _settings_table(r, check_mode)
             lines += table + [""]
         for note in r.get("notes") or []:
-            lines.append("Note: %s" % _text(note))
+            lines.append("Note: %s" % _note(note))
         if r.get("notes"):
             lines.append("")
         if detail or diffs:

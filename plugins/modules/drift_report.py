@@ -41,6 +41,7 @@ options:
     type: str
     default: "0644"
 extends_documentation_fragment:
+  - stacktune.gpu.attributes
   - stacktune.gpu.journal
   - stacktune.gpu.journal.root
   - stacktune.gpu.journal.lock_check
@@ -54,10 +55,6 @@ attributes:
   idempotent:
     support: full
     description: A second run on an unchanged host reports no change (the metrics' timestamps alone are no change).
-  platform:
-    support: full
-    platforms: posix
-    description: Linux hosts.
 seealso:
   - module: stacktune.gpu.journal_info
   - module: stacktune.gpu.textfile_metrics
@@ -113,12 +110,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal impor
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import command_runner
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.listing import ListingFailed, read_journal
 from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.node_exporter import AUTO
-from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.textfile import (
-    MetricsFailed,
-    file_mode,
-    place,
-    write_metrics,
-)
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.textfile import MetricsFailed, MetricsFile
 
 
 def main():
@@ -132,14 +124,11 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    where = None
+    metrics = None
     try:
         if p["metrics"]:
             # a directory that cannot be used is refused before anything is read
-            mode = file_mode(p["metrics_mode"])
-            where, warnings = place(p["metrics_directory"])
-            for warning in warnings:
-                module.warn(warning)
+            metrics = MetricsFile(module, p["metrics_directory"], p["metrics_mode"])
         result = read_journal(
             p["journal_dir"],
             p["root"],
@@ -150,22 +139,14 @@ def main():
         )
         result["drift"] = [sid for layer in result["verified"] for sid in layer["drift"]]
         result["changed"] = False
-        if where is not None:
-            written = write_metrics(
-                where,
-                "drift",
-                not result["drift"],
-                rooted(p["root"] or "/", p["journal_dir"]),
-                drift_settings=len(result["drift"]),
-                drift_corrected=0,
-                mode=mode,
-                check_mode=module.check_mode,
-                diff=module._diff,
-            )
+        if metrics is not None:
+            journal_dir = rooted(p["root"] or "/", p["journal_dir"])
+            written = metrics.write("drift", not result["drift"], journal_dir, drift_settings=len(result["drift"]),
+                                    drift_corrected=0)  # fmt: skip
             result["changed"] = written["changed"]
             if "diff" in written:
                 result["diff"] = written.pop("diff")
-            result["metrics"] = dict(where, **{k: written[k] for k in ("changed", "written", "series")})
+            result["metrics"] = dict(metrics.where, **{k: written[k] for k in ("changed", "written", "series")})
     except ListingFailed as exc:
         module.fail_json(msg=exc.msg, **exc.extra)
     except MetricsFailed as exc:

@@ -142,6 +142,7 @@ options:
     type: bool
     default: false
 extends_documentation_fragment:
+  - stacktune.gpu.attributes
   - stacktune.gpu.journal
   - stacktune.gpu.journal.root
   - stacktune.gpu.journal.run_id
@@ -152,12 +153,9 @@ attributes:
   diff_mode:
     support: full
     description: Shows live and persisted values before and after, per setting.
-  platform:
-    support: full
-    platforms: posix
-    description: Linux hosts; the C(nvml) kind needs nvidia-ml-py on the host Python.
 notes:
   - The journal keeps previous file contents; it is readable by root only.
+  - The C(nvml) kind needs nvidia-ml-py on the host Python.
 """
 
 EXAMPLES = r"""

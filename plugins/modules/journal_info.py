@@ -39,6 +39,8 @@ options:
     elements: path
     default: []
 extends_documentation_fragment:
+  - stacktune.gpu.attributes
+  - stacktune.gpu.attributes.no_diff
   - stacktune.gpu.journal
   - stacktune.gpu.journal.root
   - stacktune.gpu.journal.lock_check
@@ -46,13 +48,6 @@ attributes:
   check_mode:
     support: full
     description: Reads only; the same in check mode.
-  diff_mode:
-    support: none
-    description: No diff is returned.
-  platform:
-    support: full
-    platforms: posix
-    description: Linux hosts.
 seealso:
   - module: stacktune.gpu.host_settings
 """

@@ -89,12 +89,13 @@ reason:
   type: str
 """
 
+import math
 import os
 import sys
 import textwrap
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.decision import verdict
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.decision import WORDS, verdict
 
 
 def exceedance(samples):
@@ -130,14 +131,32 @@ def panels(records):
 
 
 def caption(rec, workload):
-    """The words under a panel: the layer's one-line verdict, and this workload's own decision
-    when the layer was judged on several."""
+    """The words under a panel: the verdict on this panel's workload, with its own numbers.
+
+    The decision's top-level numbers are its primary workload's: the primary's panel reads the
+    layer's one-line verdict (and its own decision when it was judged on several); every other
+    workload's panel reads that workload's own decision and numbers, then the layer's outcome."""
     gate = rec.get("gate") or {}
-    text = verdict(gate) if gate else ""
-    mine = ((gate.get("workloads") or {}).get(workload) or {}) if len(gate.get("workloads") or {}) > 1 else {}
-    if mine.get("decision"):
-        text += " | on %s alone: %s" % (workload, mine["decision"])
-    return text
+    if not gate:
+        return ""
+    per = gate.get("workloads") or {}
+    mine = per.get(workload) if len(per) > 1 and isinstance(per.get(workload), dict) else {}
+    primary = gate.get("workload") or (gate.get("workloads_measured") or [workload])[0]
+    if not mine or workload == primary:
+        text = verdict(gate)
+        if mine.get("decision"):
+            text += " | on %s alone: %s" % (workload, mine["decision"])
+        return text
+    own = dict(mine, workload=workload, method=mine.get("method") or gate.get("method"))
+    own.pop("workloads_measured", None)
+    own.pop("workloads", None)
+    layer = WORDS.get(gate.get("decision"), str(gate.get("decision") or "not decided"))
+    return "on %s alone: %s | the layer: %s (on %s)" % (
+        workload,
+        verdict(own),
+        layer,
+        ", ".join(str(w) for w in gate.get("workloads_measured") or per),
+    )
 
 
 def tail_quantile(rec):
@@ -146,6 +165,30 @@ def tail_quantile(rec):
         return float((gate.get("tail") or {}).get("quantile") or 0.99)
     except (TypeError, ValueError):
         return 0.99
+
+
+# Which minor ticks of the log step-time axis get a label, by how many decades the axis spans:
+# within about half a decade 2 to 9 have room, within one 2, 3, 4, 5 and 7, within two and a
+# half only 2 and 5, beyond that none (0.006 0.007 0.008 0.009 would run into each other).
+MINOR_LABELS = ((0.6, (2, 3, 4, 5, 6, 7, 8, 9)), (1.2, (2, 3, 4, 5, 7)), (2.5, (2, 5)))
+
+
+def minor_labels(ax):
+    """A tick formatter for the x axis's minor ticks that labels only those with room (MINOR_LABELS);
+    it reads the axis's span when the figure is drawn."""
+
+    def label(value, _pos):
+        low, high = ax.get_xlim()
+        if value <= 0 or low <= 0 or high <= low:
+            return ""
+        decades = math.log10(high / low)
+        digit = int(round(value / 10 ** math.floor(math.log10(value) + 1e-9)))
+        for most, digits in MINOR_LABELS:
+            if decades <= most:
+                return "%g" % value if digit in digits else ""
+        return ""
+
+    return label
 
 
 def draw(plt, shown, title, wrap=110):
@@ -188,7 +231,7 @@ def draw(plt, shown, title, wrap=110):
         ax.set_yscale("log")
         ax.set_ylim(smallest * 0.5, 1.05)
         ax.xaxis.set_major_formatter(plain_number)
-        ax.xaxis.set_minor_formatter(plain_number)
+        ax.xaxis.set_minor_formatter(FuncFormatter(minor_labels(ax)))
         ax.tick_params(axis="x", which="minor", labelsize=7)
         ax.set_xlabel("step time (ms)", labelpad=1)
         ax.set_ylabel("share of steps this slow or slower")

@@ -51,6 +51,9 @@ options:
     description:
       - C(locked) takes (or renews) the lock; C(unlocked) releases it; C(checked) only fails
         when another run holds a live lease (read-only entry points such as verify use it).
+      - A run whose lease another ended (the host's watchdog after the lease ran out, a
+        broken or taken-over lease) is refused C(locked); C(checked) and C(unlocked) succeed
+        and return how it ended (RV(lease_ended)).
       - Releasing a lock that another run holds leaves it in place (without I(force)), so a
         refused run's cleanup never frees the host under the run that holds it.
     type: str
@@ -109,6 +112,8 @@ options:
     default: false
     version_added: 0.2.0
 extends_documentation_fragment:
+  - stacktune.gpu.attributes
+  - stacktune.gpu.attributes.no_diff
   - stacktune.gpu.journal
   - stacktune.gpu.journal.root
   - stacktune.gpu.journal.run_id
@@ -116,13 +121,6 @@ attributes:
   check_mode:
     support: full
     description: Reports whether another run's lock would be broken and what would be recovered; writes nothing.
-  diff_mode:
-    support: none
-    description: No diff is returned.
-  platform:
-    support: full
-    platforms: posix
-    description: Linux hosts.
 seealso:
   - module: stacktune.gpu.host_settings
 """
@@ -161,9 +159,20 @@ recovered:
   type: list
   elements: str
 lease_lost:
-  description: True when this run's own lease was released, broken or taken over by another run.
-  returned: on failure
+  description:
+    - True when this run's own lease was released, broken or taken over by another run, or
+      ended by the host's watchdog. With I(state=locked) the run is refused; with
+      I(state=checked) and I(state=unlocked) the task succeeds and says so in RV(lease_ended).
+  returned: on failure, and with state checked or unlocked when this run's lease was ended by another
   type: bool
+lease_ended:
+  description:
+    - How this run's lease ended while the run was away, in words (for example the host's
+      watchdog put its undecided layers back after the lease ran out); null while the run
+      holds the host or when it released the host itself. The tune report and the run's end
+      say it.
+  returned: always
+  type: str
 watchdog_pid:
   description: With O(watch), the pid of the watchdog started (null when one already ran for the run).
   returned: with watch, when the lock was taken
@@ -215,10 +224,16 @@ def main():
     lock = RunLock(p["root"])
     deadline = time.time() + p["wait"]
     verb = {"locked": "take", "unlocked": "release", "checked": "check"}[p["state"]]
-    result = {"changed": False, "holder": None, "previous": None, "recovered": [], "notes": []}
+    result = {"changed": False, "holder": None, "previous": None, "recovered": [], "notes": [], "lease_ended": None}
     while True:
         locked = False
         try:
+            lost = _lease_ended(lock, p["run_id"])
+            if lost:
+                result.update(lease_ended=lost, lease_lost=True)
+                if p["state"] == "locked":
+                    # a run never takes back a host it lost: what it measured is no longer true
+                    raise LeaseLost("run %s no longer holds the host: %s" % (p["run_id"], lost), holder=lock.holder())
             if not module.check_mode and p["state"] != "checked":
                 journal.lock(60)
                 locked = True
@@ -245,7 +260,7 @@ def main():
                     result["watchdog_pid"] = watchdog.spawn(p["run_id"], p["journal_dir"], p["root"])
             elif p["state"] == "checked":
                 result["previous"] = lock.holder()
-                if not p["force"]:
+                if not p["force"] and not lost:
                     lock.check(p["run_id"])
             else:
                 _released, result["previous"] = lock.release(
@@ -267,9 +282,8 @@ def main():
             if isinstance(exc, LeaseLost) or time.time() >= deadline:
                 result["holder"] = exc.holder
                 result["notes"].extend(lock.notes)
-                module.fail_json(
-                    msg="Failed to %s the run lock: %s" % (verb, exc), lease_lost=isinstance(exc, LeaseLost), **result
-                )
+                result["lease_lost"] = isinstance(exc, LeaseLost)
+                module.fail_json(msg="Failed to %s the run lock: %s" % (verb, exc), **result)
         except (LockTimeout, SpecError, OSError, IOError, ValueError) as exc:
             module.fail_json(msg="Failed to %s the run lock: %s" % (verb, exc), **result)
         finally:
@@ -277,6 +291,23 @@ def main():
                 journal.unlock()
         time.sleep(1)
     module.exit_json(**result)
+
+
+def _lease_ended(lock, run_id):
+    """How run_id's lease ended, in words, when something other than the run itself ended it
+    (the host's watchdog, another run breaking or taking it over); None while it holds the host."""
+    holder = lock.holder()
+    if holder is not None and holder["run_id"] == run_id:
+        return None
+    ended = lock.ended(run_id)
+    if ended is None or (ended.get("ended") == "released" and ended.get("by") == run_id):
+        return None
+    if ended.get("ended") == "watchdog":
+        return (
+            "the host's watchdog ended the run: its lease ran out at %s with nobody renewing it, and the host "
+            "put the layers the run left undecided back" % ended.get("time")
+        )
+    return "its lease ended at %s (%s by run %s)" % (ended.get("time"), ended.get("ended"), ended.get("by"))
 
 
 if __name__ == "__main__":

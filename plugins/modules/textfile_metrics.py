@@ -188,12 +188,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import journal_options
 from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.node_exporter import AUTO
-from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.textfile import (
-    MetricsFailed,
-    file_mode,
-    place,
-    write_metrics,
-)
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.textfile import MetricsFailed, MetricsFile
 
 
 def main():
@@ -214,27 +209,20 @@ def main():
     )
     p = module.params
     try:
-        mode = file_mode(p["mode"])
-        where, warnings = place(p["directory"])
-        for warning in warnings:
-            module.warn(warning)
+        metrics = MetricsFile(module, p["directory"], p["mode"])
         if p["validate_only"]:
-            module.exit_json(changed=False, written=False, **where)
-        result = write_metrics(
-            where,
+            module.exit_json(changed=False, written=False, **metrics.where)
+        result = metrics.write(
             p["playbook"],
             p["success"],
             p["journal_dir"],
             records=p["records"],
             drift_settings=p["drift_settings"],
             drift_corrected=p["drift_corrected_settings"],
-            mode=mode,
-            check_mode=module.check_mode,
-            diff=module._diff,
         )
     except MetricsFailed as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(**dict(where, **result))
+    module.exit_json(**dict(metrics.where, **result))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Writing the host's ``stacktune.prom`` for node_exporter's textfile collector: where
 (``node_exporter.resolve``), what (``metrics.render`` over the journal's layers), and the
-atomic write. ``textfile_metrics`` and the drift report call it."""
+atomic write. ``textfile_metrics`` and the drift report write through :class:`MetricsFile`."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -115,3 +115,29 @@ def write_metrics(
     if diff:
         result["diff"] = {"before": before or "", "after": content, "before_header": path, "after_header": path}
     return result
+
+
+class MetricsFile:
+    """The metrics file a module writes: its mode and directory checked when it is made (before
+    the module reads or changes anything; the directory's warnings go to the module), then
+    :meth:`write` in the module's check and diff mode."""
+
+    def __init__(self, module, directory, mode):
+        self.module = module
+        self.mode = file_mode(mode)
+        self.where, warnings = place(directory)
+        for warning in warnings:
+            module.warn(warning)
+
+    def write(self, playbook, success, journal_dir, **what):
+        """:func:`write_metrics` at this place and mode; ``what`` its records and drift counts."""
+        return write_metrics(
+            self.where,
+            playbook,
+            success,
+            journal_dir,
+            mode=self.mode,
+            check_mode=self.module.check_mode,
+            diff=self.module._diff,  # AnsibleModule's diff mode
+            **what,
+        )

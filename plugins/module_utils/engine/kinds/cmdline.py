@@ -118,9 +118,30 @@ def _grubby_family(ctx):
     return any(name in GRUBBY_FAMILY for name in ids)
 
 
-class KernelArgKind(Kind):
-    name = "kernel_arg"
+class BootArgLive:
+    """The live side of a boot argument kind (kernel_arg, grubby_arg): read from /proc/cmdline,
+    never written live (the argument takes effect at the next boot), compared as text."""
+
     reboot = True
+
+    def live_path(self, s, ctx):
+        return ctx.path("/proc/cmdline")
+
+    def read_live(self, s, ctx):
+        text = read_text(self.live_path(s, ctx))
+        if text is None:
+            raise Unsupported("/proc/cmdline cannot be read")
+        return cmdline_args(text).get(s["key"])
+
+    def live_writable(self, s, ctx):
+        return False, "boot arguments take effect at the next boot"
+
+    def same(self, a, b):
+        return a == b
+
+
+class KernelArgKind(BootArgLive, Kind):
+    name = "kernel_arg"
 
     def expand(self, spec, ctx):
         name = str(spec.get("key") or "")
@@ -138,21 +159,6 @@ class KernelArgKind(Kind):
                 "kernel_arg %s value %r has characters not allowed on a kernel command line" % (name, value)
             )
         return [setting(self.name, name, value)]
-
-    def live_path(self, s, ctx):
-        return ctx.path("/proc/cmdline")
-
-    def read_live(self, s, ctx):
-        text = read_text(self.live_path(s, ctx))
-        if text is None:
-            raise Unsupported("/proc/cmdline cannot be read")
-        return cmdline_args(text).get(s["key"])
-
-    def live_writable(self, s, ctx):
-        return False, "boot arguments take effect at the next boot"
-
-    def same(self, a, b):
-        return a == b
 
     def unit(self, s, ctx):
         if _grubby_family(ctx):

@@ -48,7 +48,11 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base im
     plain_value,
     setting,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.cmdline import cmdline_args, format_arg
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.cmdline import (
+    BootArgLive,
+    cmdline_args,
+    format_arg,
+)
 
 ENTRIES = "/boot/loader/entries"
 KERNEL_CMDLINE = "/etc/kernel/cmdline"
@@ -274,9 +278,8 @@ def default_entry(ctx, paths):
     return paths[0] if paths else None
 
 
-class GrubbyArgKind(Kind):
+class GrubbyArgKind(BootArgLive, Kind):
     name = "grubby_arg"
-    reboot = True
 
     def expand(self, spec, ctx):
         name = str(spec.get("key") or "")
@@ -289,21 +292,6 @@ class GrubbyArgKind(Kind):
                 "newlines and shell characters are refused)" % (name, value)
             )
         return [setting(self.name, name, value)]
-
-    def live_path(self, s, ctx):
-        return ctx.path("/proc/cmdline")
-
-    def read_live(self, s, ctx):
-        text = fileops.read_text(self.live_path(s, ctx))
-        if text is None:
-            raise Unsupported("/proc/cmdline cannot be read")
-        return cmdline_args(text).get(s["key"])
-
-    def live_writable(self, s, ctx):
-        return False, "boot arguments take effect at the next boot"
-
-    def same(self, a, b):
-        return a == b
 
     @staticmethod
     def grubby(ctx):

@@ -280,3 +280,69 @@ def test_a_live_trial_is_read_as_windows_of_one_running_process():
     # measured in blocks: no word of live trials
     blocks = filters.report_markdown([dict(result, gate=DECISIONS["rollback_tail"])], "h", "r", {}, budget=budget)
     assert filters.HOW_TO_READ_LIVE[0] not in blocks and "at most 8 blocks per arm" in blocks
+
+
+BIOS_NOTE = {
+    "id": "aspm_policy",
+    "severity": "warning",
+    "subject": "0000:3b:00.0",
+    "note": "ASPM policy is powersave",
+    "remediation": "set PCIe ASPM to disabled in the BIOS",
+}
+
+
+def test_bios_notes_read_as_words_not_python_dicts():
+    bios = {"layer": "bios", "settings": [], "decision": "none", "gate": None, "pending_reboot": [],
+            "notes": [BIOS_NOTE, "a plain note"]}  # fmt: skip
+    text = filters.report_markdown([bios], "h", "r", {})
+    assert (
+        "Note: [warning] 0000:3b:00.0 aspm_policy: ASPM policy is powersave => set PCIe ASPM to disabled in the BIOS"
+        in text.splitlines()
+    )
+    assert "Note: a plain note" in text.splitlines()
+    assert "{" not in text and "'severity'" not in text
+    plan = filters.plan_lines(["bios"], [{"settings": [], "notes": [BIOS_NOTE]}])
+    assert plan == ["bios: nothing to change - [warning] 0000:3b:00.0 aspm_policy: ASPM policy is powersave"
+                    " => set PCIe ASPM to disabled in the BIOS"]  # fmt: skip
+
+
+def _irq(n, live_before):
+    return {"id": "irq_affinity:%d" % n, "changed": True, "status": "changed", "expected": "0-3",
+            "live": "0-3", "live_before": live_before}  # fmt: skip
+
+
+def test_a_layer_that_only_persisted_values_already_live_does_not_read_changed():
+    # numa_irq on a host where every IRQ already had its affinity: only persistence was written
+    numa = {"layer": "numa_irq", "settings": [_irq(n, "0-3") for n in range(8)], "decision": "keep",
+            "changed": True, "gate": None, "pending_reboot": []}  # fmt: skip
+    line = filters.outcome_lines([numa], report="r.md")[0]
+    assert line == "numa_irq: kept (nothing changed live, 8 setting(s) already set persisted), not measured"
+    text = filters.report_markdown([numa], "h", "r", {})
+    row = [x for x in text.splitlines() if x.startswith("| numa_irq |")][0]
+    assert row.split(" | ")[3] == "8 (8 only persisted)"
+    assert text.count("no live change (already set); persisted") == 8
+    mixed = dict(numa, settings=[_irq(0, "0-15")] + [_irq(n, "0-3") for n in range(1, 8)])
+    assert "kept (1 setting(s) changed, 7 more already set persisted)" in filters.outcome_lines([mixed], report="r")[0]
+    live = dict(numa, settings=[_irq(0, "0-15")])
+    assert "kept (1 setting(s) changed)" in filters.outcome_lines([live], report="r")[0]
+
+
+def test_a_run_whose_lease_the_watchdog_ended_says_so_first():
+    case = CASES[0]
+    ended = (
+        "the host's watchdog ended the run: its lease ran out at 2026-12-04T18:00:00Z with nobody renewing it,"
+        " and the host put its undecided layers back"
+    )
+    lease = {"changed": False, "lease_lost": True, "lease_ended": ended}
+    text = filters.report_markdown(case["results"], "h", "run-9", case["fx"], plot=case["plot"], lease=lease)
+    lines = text.splitlines()
+    assert lines[0] == "# stacktune run run-9 on h" and lines[1] == ""
+    assert lines[2].startswith("**This run no longer held the host when it wrote this report**: the host's watchdog")
+    said = " ".join(text.split("| layer |", maxsplit=1)[0].split())
+    assert "the host put its undecided layers back. Run run-9 stopped there" in said
+    assert "not necessarily the host's state now" in said
+    # a run that held the host to its end says nothing of the kind
+    held = filters.report_markdown(case["results"], "h", "run-9", case["fx"], plot=case["plot"],
+                                   lease={"lease_ended": None})  # fmt: skip
+    assert "no longer held" not in held
+    assert held == filters.report_markdown(case["results"], "h", "run-9", case["fx"], plot=case["plot"])

@@ -49,9 +49,12 @@ def test_one_panel_per_layer_and_workload_in_the_order_judged():
 
 def test_caption_is_the_verdict_and_the_workloads_own_decision():
     rec = records()[0]
-    text = latency_plot.caption(rec, "dataloader")
+    text = latency_plot.caption(rec, "train_step")  # the primary workload: the layer's verdict
     assert text.startswith("rolled back: worse than allowed: tail (5%)")
-    assert text.endswith("| on dataloader alone: rollback")
+    assert "tail +201.6%" in text and text.endswith("| on train_step alone: rollback")
+    other = latency_plot.caption(rec, "dataloader")
+    assert other.startswith("on dataloader alone: rolled back: worse than allowed: tail (5%)")
+    assert "tail +196.6%" in other and "+201.6%" not in other
 
 
 def test_the_figure_puts_the_caption_outside_the_axes(tmp_path):
@@ -76,5 +79,43 @@ def test_the_figure_puts_the_caption_outside_the_axes(tmp_path):
             assert any(abs(p.get_extents().y1 - ax.transData.transform((1, 0.01))[1]) < 1.5 for p in ax.patches)
         fig.savefig(str(tmp_path / "p.png"))
         assert (tmp_path / "p.png").stat().st_size > 10000
+    finally:
+        plt.close(fig)
+
+
+def test_a_second_workloads_caption_has_its_own_numbers():
+    gate = DECISIONS["noreg_keep_2wl"]  # primary gemm, also judged on train_step
+    first = latency_plot.caption({"gate": gate}, "gemm")
+    second = latency_plot.caption({"gate": gate}, "train_step")
+    assert "throughput -1.3% ±4.3%" in first and "throughput -1.3%" not in second
+    assert second.startswith("on train_step alone: keep: nothing measured worse; throughput +4.1% ±10.5%")
+    assert second.endswith("| the layer: keep (on gemm, train_step)")
+
+
+def _overlaps(boxes):
+    boxes = sorted(boxes, key=lambda b: b.x0)
+    return [(a, b) for a, b in zip(boxes, boxes[1:]) if b.x0 < a.x1]
+
+
+@pytest.mark.parametrize("low, high", [(0.005, 0.05), (0.004, 0.3), (0.005, 50.0), (8.0, 12.0)])
+def test_the_step_time_axis_labels_never_run_into_each_other(low, high):
+    matplotlib = pytest.importorskip("matplotlib", reason="matplotlib draws the plot")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rng = random.Random(7)
+    spread = [low * (high / low) ** rng.random() for _unused in range(400)]
+    rec = {"layer": "kernel", "decision": "keep", "gate": DECISIONS["keep_improve"], "before_ms": spread,
+           "after_ms": [v * 0.98 for v in spread]}  # fmt: skip
+    fig = latency_plot.draw(plt, latency_plot.panels([rec]), "t")
+    try:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        ax = [a for a in fig.axes if a.axison][0]
+        ticks = ax.xaxis.get_majorticklabels() + ax.xaxis.get_minorticklabels()
+        shown = [t for t in ticks if t.get_visible() and t.get_text() and ax.get_xlim()[0] <= t.get_position()[0]]
+        shown = [t for t in shown if t.get_position()[0] <= ax.get_xlim()[1]]
+        assert len(shown) >= 2, "the axis has fewer than two labels: %s" % [t.get_text() for t in shown]
+        assert not _overlaps([t.get_window_extent(renderer) for t in shown]), [t.get_text() for t in shown]
     finally:
         plt.close(fig)
