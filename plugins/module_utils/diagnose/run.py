@@ -261,3 +261,35 @@ def one_line(diagnosis):
     if evidence:
         line += ": " + "; ".join(evidence)
     return line
+
+
+# (low, high) of each number option; the role's argument spec carries the same ranges
+RANGES = {
+    "seconds": (2.0, 300.0),
+    "warmup_s": (0.0, 600.0),
+    "first_step_timeout": (1.0, 3600.0),
+    "sample_hz": (0.2, 20.0),
+}
+
+
+def check_options(command, workload, live_workloads, names=None, **numbers):
+    """Refuse options that cannot give a diagnosis, naming the variable (DiagnoseError)."""
+    n = dict(NAMES, **(names or {}))
+    if command and workload:
+        raise DiagnoseError("%s and %s: give one program, not both" % (n["command"], n["workload"]))
+    if command:
+        if not all(isinstance(a, str) and a for a in command):
+            raise DiagnoseError(
+                "%s must be a list of non-empty strings (an argv, no shell), got %r" % (n["command"], command)
+            )
+    elif not workload:
+        raise DiagnoseError("%s or %s: name the program to diagnose" % (n["command"], n["workload"]))
+    elif workload not in live_workloads:
+        raise DiagnoseError(
+            "%s: %r is not a built-in workload that runs live (%s)"
+            % (n["workload"], workload, ", ".join(live_workloads))
+        )
+    for key, value in numbers.items():
+        low, high = RANGES[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+            raise DiagnoseError("%s must be a number from %s to %s, got %r" % (n.get(key, key), low, high, value))
