@@ -50,8 +50,20 @@ def diagnose_layers(
     return layer_plan(layer_workloads, diagnosis, plain(target) or {}, bench_workload, bool(skip), measurable)
 
 
+def diagnose_workloads(plan):
+    """``{layer: candidate workloads}`` of a diagnose_layers plan (what the gate is given)."""
+    plan = plain(plan)
+    if not isinstance(plan, dict) or not all(isinstance(v, dict) and "workloads" in v for v in plan.values()):
+        raise AnsibleFilterError("diagnose_workloads expects the diagnose_layers filter's dict")
+    return {layer: list(row["workloads"]) for layer, row in plan.items()}
+
+
 class FilterModule:
     """stacktune.gpu diagnosis filters."""
 
     def filters(self):
-        return {"diagnose_target": diagnose_target, "diagnose_layers": diagnose_layers}
+        return {
+            "diagnose_target": diagnose_target,
+            "diagnose_layers": diagnose_layers,
+            "diagnose_workloads": diagnose_workloads,
+        }

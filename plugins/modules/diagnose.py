@@ -12,12 +12,12 @@ DOCUMENTATION = r"""
 ---
 module: diagnose
 short_description: Say where a running training program is bound, with the evidence
-version_added: 0.3.0
+version_added: 0.2.0
 author: stacktune maintainers (@stacktune)
 description:
   - Runs a program for a bounded time (the user's live command, or a built-in workload of
     M(stacktune.gpu.bench) in live mode), reads its step lines, and snapshots it and the host
-    every 1/I(sample_hz) seconds for I(seconds) after a warm-up: per GPU the NVML readings
+    every 1/I(sample_hz) seconds for I(seconds) after a warm-up - per GPU the NVML readings
     (utilisation, power against the enforced limit, clocks, clock-event reasons, PCIe, memory,
     temperature, energy), the host's CPU busy and iowait per NUMA node, run queue, faults,
     context switches, disks and network, and the program's process tree (CPU in cores per
