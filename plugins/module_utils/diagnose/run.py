@@ -150,8 +150,10 @@ def record(
         deadline = prog.now() + first_step_timeout
         while not prog.steps and not prog.ended() and prog.broken is None and prog.now() < deadline:
             sleep(0.05)
-        _check(prog, n, "before its first step line")
+        if prog.ended():
+            prog.threads[0].join(timeout=2.0)  # the lines it printed before it ended
         if not prog.steps:
+            _check(prog, n, "before its first step line")
             raise DiagnoseError(
                 "%s: the program printed no step line in %d s (%s): it must print one step time per line "
                 "(a number of ms, or JSON with step_ms) as each step ends, flushed%s"
@@ -186,6 +188,7 @@ def _check(prog, n, when):
             "%s: the program printed a step line that is not a step time %s: %s" % (n["command"], when, prog.broken)
         )
     if prog.ended():
+        prog.threads[1].join(timeout=1.0)  # its last error lines
         raise DiagnoseError(
             "%s: the program ended (exit code %s) %s: it must run until it is ended%s"
             % (n["command"], prog.proc.returncode, when, prog.stderr_tail())
