@@ -32,8 +32,7 @@ def snap(t, cpus, ctxt, tree, vmstat="pgmajfault 0\n", disk=(0, 0, 0), net=(0, 0
             "stat": stat(cpus, ctxt),
             "loadavg": "1.0 1.0 1.0 3/200 999\n",
             "vmstat": vmstat,
-            "diskstats": "   8   0 sda 10 0 %d 0 5 0 %d 0 0 %d 0\n   8   1 sda1 1 0 999999 0 0 0 0 0 0 0 0\n"
-            % disk,
+            "diskstats": "   8   0 sda 10 0 %d 0 5 0 %d 0 0 %d 0\n   8   1 sda1 1 0 999999 0 0 0 0 0 0 0 0\n" % disk,
             "net_dev": "Inter-|\n face |\n    lo: 999999 0 0 0 0 0 0 0 999999 0\n  eth0: %d 0 0 0 0 0 0 0 %d 0\n" % net,
             "pressure_cpu": "some avg10=4.00 avg60=1.00 avg300=0.00 total=1\n",
             "pressure_io": None,
