@@ -155,7 +155,9 @@ diagnosis:
       description: What ran (C(command) or C(workload)) and when its first step came.
       type: dict
     error:
-      description: Why the program could not be diagnosed (with I(on_error=report)); nothing else is returned then.
+      description: >-
+        Why the program could not be diagnosed (with I(on_error=report)); only RV(diagnosis.line) comes with
+        it then.
       type: str
       returned: when the diagnosis failed and on_error is report
     nvml:
@@ -200,7 +202,7 @@ def main():
         )
     except DiagnoseError as exc:
         if p["on_error"] == "report":
-            module.exit_json(changed=False, diagnosis={"error": str(exc)})
+            module.exit_json(changed=False, diagnosis={"error": str(exc), "line": "diagnosis: not made: %s" % exc})
         module.fail_json(msg="Failed to diagnose the program: %s" % exc)
     module.exit_json(changed=False, diagnosis=result)
 

@@ -110,11 +110,14 @@ def markdown(diagnosis, results=None):
         for r in rows:
             d = r["diagnosis"]
             gate = r.get("gate") or {}
-            measured = (
-                "skipped: %s" % d.get("reason")
-                if d.get("skip")
-                else (d.get("reason") or ("yes" if gate.get("method") else "no"))
-            )
+            if not r.get("changed"):
+                measured = "no change to measure"
+            elif d.get("skip"):
+                measured = "skipped: %s" % d.get("reason")
+            elif gate.get("method"):
+                measured = "yes (%s)%s" % (gate["method"], "; " + d["reason"] if d.get("reason") else "")
+            else:
+                measured = "no"
             lines.append(
                 "| %s | %s | %s | %s |"
                 % (

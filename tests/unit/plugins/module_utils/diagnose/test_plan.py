@@ -115,6 +115,7 @@ def test_the_report_leads_with_the_diagnosis():
             "decision": "keep",
             "gate": None,
             "settings": [],
+            "changed": True,
             "diagnosis": dict(plan["gpu_settings"], verdict=d["verdict"]),
         }
     ]
@@ -129,6 +130,8 @@ def test_the_report_leads_with_the_diagnosis():
     assert report.index("## Diagnosis") < report.index("| layer | policy |")
     assert "## Diagnosis" not in report_markdown(results, "h1", "run1", facts)
     assert markdown({"none": "not set"}, []) == ["## Diagnosis", "", "Not diagnosed: not set", ""]
+    unchanged = [dict(results[0], changed=False)]
+    assert "| gpu_settings | cannot | no change to measure |" in "\n".join(markdown(d, unchanged))
 
 
 def test_the_metrics_series_by_verdict():
