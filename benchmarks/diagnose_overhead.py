@@ -63,8 +63,8 @@ def main(argv=None):
         )
     costs = [s["cost_s"] * 1000.0 for s in doc["samples"]]
     print(
-        "one snapshot (NVML + /proc, in the sampling process, outside the program): mean %.1f ms, max %.1f ms, %d snapshots"
-        % (statistics.fmean(costs), max(costs), len(costs))
+        "one snapshot (NVML + /proc, in the sampling process, outside the program): "
+        "mean %.1f ms, max %.1f ms, %d snapshots" % (statistics.fmean(costs), max(costs), len(costs))
     )
     start = time.perf_counter()
     out = assemble(doc["samples"], doc, doc["steps"], {"command": [doc.get("program") or "?"]})
