@@ -73,7 +73,7 @@ options:
     description:
       - C(fail) fails the task when the program cannot be diagnosed (it ends, prints no step line,
         stops printing them); C(report) returns RV(diagnosis.error) instead, for a caller to whom
-        the diagnosis is advice (the tune).
+        the diagnosis is advice (the tune). Options that cannot be right fail either way.
     type: str
     choices: [fail, report]
     default: fail
@@ -192,6 +192,9 @@ def main():
     numbers = {k: p[k] for k in ("seconds", "warmup_s", "first_step_timeout", "sample_hz")}
     try:
         check_options(p["command"], p["workload"], LIVE_WORKLOADS, p["names"], **numbers)
+    except DiagnoseError as exc:
+        module.fail_json(msg="Failed to diagnose the program: %s" % exc)
+    try:
         result = diagnose(
             command=p["command"],
             workload=p["workload"],

@@ -55,5 +55,12 @@ def test_a_silent_program_fails_naming_the_variable(capsys, tmp_path):
 
 
 def test_options_out_of_range_fail(capsys):
-    out = run_module(capsys, workload="cpu_train_step", seconds=1, names={"seconds": "stacktune_diagnose_seconds"})
-    assert out["failed"] is True and "stacktune_diagnose_seconds must be a number from 2.0 to 300.0" in out["msg"]
+    for on_error in ("fail", "report"):
+        out = run_module(
+            capsys,
+            workload="cpu_train_step",
+            seconds=1,
+            names={"seconds": "stacktune_diagnose_seconds"},
+            on_error=on_error,
+        )
+        assert out["failed"] is True and "stacktune_diagnose_seconds must be a number from 2.0 to 300.0" in out["msg"]
