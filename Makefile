@@ -21,10 +21,10 @@ ARGS ?=
 # Extra arguments for benchmarks/gate_replay.py in make bench-gate, e.g. REPLAY_ARGS="--draws 50"
 REPLAY_ARGS ?=
 # Molecule scenarios run by `make test` (space separated); docs/safety.md describes `safety`.
-SCENARIOS ?= default layers gate live failures privileged fleet cpuio cpuio_tree grubby_tree safety faults search
+SCENARIOS ?= default layers gate live failures privileged fleet cpuio cpuio_tree grubby_tree safety faults search diagnose
 PY_SOURCES := plugins tests benchmarks
 
-.PHONY: tune verify drift rollback calibrate facts test lint sanity unit installed molecule cores deps-cores test-safety test-gpu bench bench-gate bench-facts bench-drift deps-run deps-test image clean
+.PHONY: tune verify drift rollback calibrate diagnose facts test lint sanity unit installed molecule cores deps-cores test-safety test-gpu bench bench-gate bench-facts bench-drift deps-run deps-test image clean
 
 ## make tune: set up .venv and tune this machine (ansible-playbook tune.yml, local inventory)
 tune: deps-run
@@ -45,6 +45,10 @@ rollback: deps-run
 ## make calibrate: measure the host's block-to-block noise and what the gate's budget can resolve (changes nothing)
 calibrate: deps-run
 	ansible-playbook playbooks/calibrate.yml $(ARGS)
+
+## make diagnose: where the program the gate measures is bound, with its evidence (read-only)
+diagnose: deps-run
+	ansible-playbook playbooks/diagnose.yml $(ARGS)
 
 ## make facts: print the GPU topology of the inventory's hosts
 facts: deps-run

@@ -18,6 +18,7 @@ import difflib
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.stacktune.gpu.plugins.filter.layers import layer_name
+from ansible_collections.stacktune.gpu.plugins.module_utils.diagnose.report import markdown as diagnosis_markdown
 from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.decision import budget_words, details, verdict
 from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.html import to_html
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._plain import plain
@@ -443,7 +444,7 @@ def _lease_lines(lease, run_id):
 
 
 def report_markdown(
-    results, host, run_id, facts, check_mode=False, acceptance=None, plot=None, budget=None, lease=None
+    results, host, run_id, facts, check_mode=False, acceptance=None, plot=None, budget=None, lease=None, diagnosis=None
 ):
     """The host's report of one run as Markdown: the host, the acceptance, one row per layer, then
     per layer its settings (before, set to, now) and the details: the statistics, the file diffs."""
@@ -460,6 +461,8 @@ def report_markdown(
     check_mode = bool(check_mode)
     lines = _head(host, run_id, facts, check_mode, acceptance, plot)
     lines[1:1] = ([""] + _lease_lines(lease, run_id)) if lease.get("lease_ended") else []
+    # the diagnosis leads the report: where the program the gate measured is bound
+    lines += diagnosis_markdown(plain(diagnosis) if hasattr(diagnosis, "keys") else {}, results)
     if not check_mode and any((r.get("gate") or {}).get("method") == "live" for r in results if isinstance(r, dict)):
         lines += HOW_TO_READ_LIVE + [""]
     lines += [

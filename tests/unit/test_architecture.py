@@ -38,6 +38,7 @@ MAX_MODULE_LINES = 600
 #   5 gate                     common, workloads (the workload names)
 #     acceptance               common, hardware, engine, reporting
 #     plugin_utils             common, reporting (controller-side helpers of the plugins)
+#     diagnose                 common, hardware, workloads (the step lines, the workload program)
 #   6 the plugins: action, callback, doc_fragments, filter, lookup, modules, test
 LEVELS = (
     ("common",),
@@ -45,7 +46,7 @@ LEVELS = (
     ("policy",),
     ("engine",),
     ("workloads", "reporting"),
-    ("gate", "acceptance", "plugin_utils"),
+    ("gate", "acceptance", "plugin_utils", "diagnose"),
     ("action", "callback", "doc_fragments", "filter", "lookup", "modules", "test"),
 )
 

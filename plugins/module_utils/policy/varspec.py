@@ -67,6 +67,10 @@ RULES = {
     "stacktune_bench_warmup": {"min": 0},
     "stacktune_bench_timeout": {"min": 1},
     "stacktune_lock_wait": {"min": 0},
+    # the diagnosis's profile, warm-up and wait for the first step line (seconds)
+    "stacktune_diagnose_seconds": {"min": 2, "max": 300},
+    "stacktune_diagnose_warmup": {"min": 0, "max": 600},
+    "stacktune_diagnose_timeout": {"min": 1, "max": 3600},
     # a lease must outlast the time between two renewals (engine calls, block ticks)
     "stacktune_lock_ttl": {"min": 60},
     # the root the layer role's engine works under

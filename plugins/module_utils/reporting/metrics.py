@@ -26,6 +26,20 @@ FILE_NAME = "stacktune.prom"
 LAYER_STATES = ("new", "applying", "applied", "kept", "rolled_back", "restored")
 DECISIONS = ("keep", "rollback", "inconclusive")
 
+# The diagnosis's verdicts (diagnose/verdict.py VERDICTS; a unit test ties the two lists).
+DIAGNOSIS = "stacktune_diagnosis_verdict"
+DIAGNOSIS_VERDICTS = (
+    "gpu_power_cap",
+    "gpu_clocks_thermal",
+    "gpu_compute",
+    "host_memory",
+    "input_storage",
+    "input_loader",
+    "cpu_main",
+    "communication",
+    "unclear",
+)
+
 TIMESTAMP = "stacktune_last_run_timestamp_seconds"
 SUCCESS = "stacktune_last_run_success"
 DRIFT = "stacktune_drift_settings"
@@ -49,6 +63,11 @@ FAMILIES = (
         "stacktune_gate_tail_ratio",
         "gauge",
         "Tail step time (p99 by default) after / before of the layer's last gate measurement (below 1 is better).",
+    ),
+    (
+        DIAGNOSIS,
+        "gauge",
+        "Where the last tune's diagnosis found the measured program bound: 1 for its verdict, 0 for the others.",
     ),
     (DRIFT, "gauge", "Settings found drifted and left uncorrected by the last drift run."),
     (DRIFT_CORRECTED, "gauge", "Drifted settings the last drift run re-applied from the journal."),
@@ -161,6 +180,8 @@ def layer_view(journal_entries, records=None):
         )
         if record.get("decision") in DECISIONS:
             view["decision"] = record["decision"]
+        if isinstance(record.get("diagnosis"), dict) and record["diagnosis"].get("verdict") in DIAGNOSIS_VERDICTS:
+            view["diagnosis"] = record["diagnosis"]["verdict"]
         throughput, tail = _gate_ratios(record.get("gate"))
         if throughput is not None or tail is not None:
             view["throughput_ratio"], view["tail_ratio"] = throughput, tail
@@ -194,6 +215,13 @@ def render(layers, playbook, success, now, previous_text=None, drift_settings=No
             samples["stacktune_gate_throughput_ratio"].append(({"layer": layer}, view["throughput_ratio"]))
         if view.get("tail_ratio") is not None:
             samples["stacktune_gate_tail_ratio"].append(({"layer": layer}, view["tail_ratio"]))
+    # the run's diagnosis (every layer record carries the same verdict); other runs carry it over
+    diagnosed = sorted({v["diagnosis"] for v in layers.values() if v.get("diagnosis")})
+    if diagnosed:
+        for candidate in DIAGNOSIS_VERDICTS:
+            samples[DIAGNOSIS].append(({"verdict": candidate}, int(candidate == diagnosed[0])))
+    else:
+        samples[DIAGNOSIS] += [(labels, value) for name, labels, value in parse(previous_text) if name == DIAGNOSIS]
     given = {DRIFT: drift_settings, DRIFT_CORRECTED: drift_corrected}
     for name, value in given.items():
         if value is not None:

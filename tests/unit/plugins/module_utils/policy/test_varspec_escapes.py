@@ -38,6 +38,7 @@ NOT_IN_A_LINE = {
     "stacktune_bench_python": "the program measured blocks run (an argv)",
     "stacktune_bench_command": "the measured blocks' own program (an argv)",
     "stacktune_bench_live_command": "the live trial's own program (an argv)",
+    "stacktune_diagnose_workload": "a built-in workload name, checked against the live workloads",
     "acceptance_environment": "the environment of the acceptance program",
     "acceptance_gpus": "GPU indices (numbers)",
     "acceptance_quarantine_group": "an inventory group name (add_host)",

@@ -1,0 +1,69 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The diagnosis inside a tune run (documented in diagnose_target.yml and diagnose_layers.yml):
+which program to diagnose, and per layer what the diagnosis expects and what is skipped."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.stacktune.gpu.plugins.module_utils.diagnose.plan import choose_target, layer_plan
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import resolve_workloads
+from ansible_collections.stacktune.gpu.plugins.plugin_utils._plain import plain
+
+
+def diagnose_target(live_command, bench_workload="auto", diagnose_workload=None, gate_workloads=None, gpu_count=0):
+    """The program to diagnose: ``{"command": argv}``, ``{"workload": name}`` or ``{"none": why}``."""
+    live_command = plain(live_command) or []
+    if not isinstance(live_command, list):
+        raise AnsibleFilterError(
+            "diagnose_target expects stacktune_bench_live_command (a list), got %r" % (live_command,)
+        )
+    gate_workloads = plain(gate_workloads) or {}
+    if not isinstance(gate_workloads, dict):
+        raise AnsibleFilterError("diagnose_target: gate_workloads must be stacktune_gate_workloads (a dict)")
+    return choose_target(
+        live_command, bench_workload, diagnose_workload, gate_workloads.get("default") or [], gpu_count
+    )
+
+
+def diagnose_layers(
+    layer_workloads, diagnosis, target=None, bench_workload="auto", skip=True, gpu_count=0, data_dir=None
+):
+    """Per layer what the diagnosis expects (can, cannot, not judged, not diagnosed), its candidate
+    workloads with the diagnosed program left out where it cannot see the layer, and whether the
+    layer's measurement is skipped."""
+    layer_workloads = plain(layer_workloads)
+    if not isinstance(layer_workloads, dict):
+        raise AnsibleFilterError(
+            "diagnose_layers expects the layer_workloads filter's dict, got %r" % (layer_workloads,)
+        )
+    diagnosis = plain(diagnosis) if hasattr(diagnosis, "keys") else {}
+
+    def measurable(candidates):
+        return bool(resolve_workloads(candidates, int(gpu_count or 0), None, data_dir))
+
+    return layer_plan(layer_workloads, diagnosis, plain(target) or {}, bench_workload, bool(skip), measurable)
+
+
+def diagnose_workloads(plan):
+    """``{layer: candidate workloads}`` of a diagnose_layers plan (what the gate is given)."""
+    plan = plain(plan)
+    if not isinstance(plan, dict) or not all(isinstance(v, dict) and "workloads" in v for v in plan.values()):
+        raise AnsibleFilterError("diagnose_workloads expects the diagnose_layers filter's dict")
+    return {layer: list(row["workloads"]) for layer, row in plan.items()}
+
+
+class FilterModule:
+    """stacktune.gpu diagnosis filters."""
+
+    def filters(self):
+        return {
+            "diagnose_target": diagnose_target,
+            "diagnose_layers": diagnose_layers,
+            "diagnose_workloads": diagnose_workloads,
+        }

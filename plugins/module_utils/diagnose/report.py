@@ -1,0 +1,131 @@
+# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The diagnosis as the report's first section (Markdown lines)."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+
+def _cell(value):
+    return str(value if value is not None else "").replace("|", "/").replace("\n", " ")
+
+
+def _gpu_rows(profile):
+    rows = []
+    for g in profile.get("gpus") or []:
+        events = ", ".join("%s %s%%" % (k, v) for k, v in sorted((g.get("clock_events_pct") or {}).items())) or "none"
+        rows.append(
+            "| GPU %s | util %s%% (min %s%%), mem busy %s%% | power %s / %s W | SM %s of %s MHz | events: %s | "
+            "PCIe rx %s / tx %s GB/s | %s C |"
+            % (
+                g.get("index"),
+                g.get("util_gpu_pct"),
+                g.get("util_gpu_min_pct"),
+                g.get("util_mem_pct"),
+                g.get("power_w"),
+                g.get("power_limit_w"),
+                g.get("sm_clock_mhz"),
+                g.get("sm_clock_max_mhz"),
+                _cell(events),
+                g.get("pcie_rx_gbs"),
+                g.get("pcie_tx_gbs"),
+                g.get("temp_c"),
+            )
+        )
+    return rows
+
+
+def markdown(diagnosis, results=None):
+    """Lines of the report's ``## Diagnosis`` section; ``results``: the layers' records, each
+    with its ``diagnosis`` (expected, skipped) and the gate's decision."""
+    if not isinstance(diagnosis, dict) or not diagnosis:
+        return []
+    lines = ["## Diagnosis", ""]
+    if diagnosis.get("error") or diagnosis.get("none"):
+        lines += ["Not diagnosed: %s" % _cell(diagnosis.get("error") or diagnosis.get("none")), ""]
+        return lines
+    lines += ["**%s**" % _cell(diagnosis.get("title")), ""]
+    what = diagnosis.get("program") or {}
+    ran = " ".join(what["command"]) if what.get("command") else "built-in %s (live)" % what.get("workload")
+    prof = diagnosis.get("profile") or {}
+    steps = prof.get("steps") or {}
+    lines.append(
+        "Program: `%s`, profiled %s s in %s snapshots; %s steps, %s/s, p50 %s ms, p99 %s ms."
+        % (
+            ran,
+            prof.get("seconds"),
+            prof.get("samples"),
+            steps.get("count"),
+            steps.get("per_s"),
+            steps.get("p50_ms"),
+            steps.get("p99_ms"),
+        )
+    )
+    lines += ["", "Evidence:", ""] + ["- %s" % _cell(e) for e in diagnosis.get("evidence") or []]
+    for c in diagnosis.get("caveats") or []:
+        lines.append("- caveat: %s" % _cell(c))
+    moves = diagnosis.get("moves") or {}
+    lines += ["", "What can move it (advice, nothing here was changed):", ""]
+    for name, why in sorted((moves.get("can") or {}).items()):
+        lines.append("- can: %s - %s" % (name, _cell(why)))
+    for name, why in sorted((moves.get("cannot") or {}).items()):
+        lines.append("- cannot: %s - %s" % (name, _cell(why)))
+    for words in moves.get("outside") or []:
+        lines.append("- outside the stack: %s" % _cell(words))
+    gpus = _gpu_rows(prof)
+    if gpus:
+        lines += [
+            "",
+            "| GPU | utilisation | power | clocks | clock events | PCIe | temp |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        lines += gpus
+    prog = prof.get("program") or {}
+    if prog.get("list"):
+        lines += [
+            "",
+            "| process | pid | cores | runnable | saturated | threads | RSS MB |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for r in prog["list"][:12]:
+            lines.append(
+                "| %s %s | %s | %s | %s%% | %s | %s | %s |"
+                % (
+                    r["role"],
+                    _cell(r["comm"]),
+                    r["pid"],
+                    r["cores"],
+                    r.get("runnable_pct"),
+                    "yes" if r.get("saturated") else "no",
+                    r["threads"],
+                    r["rss_mb"],
+                )
+            )
+    rows = [r for r in results or [] if isinstance(r, dict) and isinstance(r.get("diagnosis"), dict)]
+    if rows:
+        lines += ["", "| layer | the diagnosis expected | measured | verdict |", "| --- | --- | --- | --- |"]
+        for r in rows:
+            d = r["diagnosis"]
+            gate = r.get("gate") or {}
+            if not r.get("changed"):
+                measured = "no change to measure"
+            elif d.get("skip"):
+                measured = "skipped: %s" % d.get("reason")
+            elif gate.get("method"):
+                measured = "yes (%s)%s" % (gate["method"], "; " + d["reason"] if d.get("reason") else "")
+            else:
+                measured = "no"
+            lines.append(
+                "| %s | %s | %s | %s |"
+                % (
+                    _cell(r.get("layer")),
+                    _cell(d.get("expected")),
+                    _cell(measured),
+                    _cell(gate.get("summary") or r.get("decision")),
+                )
+            )
+    lines.append("")
+    return lines
