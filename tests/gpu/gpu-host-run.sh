@@ -12,7 +12,7 @@ RUN_DIR="${RUN_DIR:-/tmp/stacktune-gpu-run}"
 mkdir -p "$RUN_DIR"
 log="$RUN_DIR/gpu-host-run.log"
 exec > >(tee -a "$log") 2>&1
-steps="${*:-capture pytest facts bench tune acceptance}"  # also: safety failures signals cost cost-default gate-a gate-b calibrate nccl acceptance-depth cpuio record1 record-user live-windows live-gate live-user cores
+steps="${*:-capture pytest facts bench tune acceptance}"  # also: diagnose search safety failures signals cost cost-default gate-a gate-b calibrate nccl acceptance-depth cpuio record1 record-user live-windows live-gate live-user cores
 py="${PYTHON:-python3}"
 if [ -d .whl ] && ! "$py" -c 'import ansible' 2>/dev/null; then
   "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -253,6 +253,38 @@ print("lock:", json.load(open("/var/lib/stacktune/run.lock"))["holder"])'
         nvidia-smi --query-gpu=power.limit --format=csv,noheader
         run ap playbooks/rollback.yml
         nvidia-smi --query-gpu=power.limit --format=csv,noheader
+      done
+      nvidia-smi -pl 700 >/dev/null
+      ;;
+    diagnose)
+      # the diagnosis of two users' programs and the built-in default (read-only: state hash unchanged)
+      echo "state hash before: $(state_hash before)"
+      for prog in transformer_program.py "train_step_program.py --steps 100000000"; do
+        t0=$(date +%s)
+        run ap playbooks/diagnose.yml -e "{\"stacktune_bench_live_command\": [\"$py\", $(printf '"%s", ' $PWD/tests/gpu/$prog | sed 's/, $//')]}"
+        echo "diagnose.yml on $prog: $(( $(date +%s) - t0 )) s"
+      done
+      t0=$(date +%s)
+      run ap playbooks/diagnose.yml
+      echo "diagnose.yml on the built-in workload: $(( $(date +%s) - t0 )) s"
+      echo "state hash after: $(state_hash after)"
+      diff "$RUN_DIR/state-before.txt" "$RUN_DIR/state-after.txt" && echo "DIAGNOSE CHANGED NOTHING"
+      ;;
+    search)
+      # a search of the power limit in one running GPU-bound program: the throughput objective,
+      # then efficiency with max_slowdown 0.05; each then rolled back (the limit back to 700 W)
+      nvidia-smi -pl 700 >/dev/null
+      prog="$PWD/tests/gpu/transformer_program.py"
+      for objective in throughput efficiency; do
+        t0=$(date +%s)
+        run ap tune.yml -e stacktune_run_id="search-$objective" -e stacktune_report_dir="$RUN_DIR/reports" -e "{\"stacktune_layers\":
+          [\"gpu_settings\"], \"gpu_settings_power_limit_watts\": [700, 650, 600, 550, 500, 450],
+          \"stacktune_search_objective\": \"$objective\", \"stacktune_gate_max_slowdown\": 0.05,
+          \"stacktune_bench_workload\": \"command\", \"stacktune_bench_command\": [\"$py\", \"$prog\", \"--steps\", \"120\"],
+          \"stacktune_bench_live_command\": [\"$py\", \"$prog\"]}"
+        echo "search ($objective): tune.yml took $(( $(date +%s) - t0 )) s; limit now $(nvidia-smi --query-gpu=power.limit --format=csv,noheader)"
+        run ap playbooks/rollback.yml
+        echo "after rollback: $(nvidia-smi --query-gpu=power.limit --format=csv,noheader)"
       done
       nvidia-smi -pl 700 >/dev/null
       ;;
