@@ -62,10 +62,10 @@ options:
       - C(suspended) switches an applied layer off for a measurement block (the host goes
         back to the layer's snapshot; the journal keeps the layer's settings and snapshot) and
         C(reapplied) switches it on again. The gate alternates them between blocks.
-      - C(switched) puts one candidate of a search in place: the layer switched off and applied
+      - "C(switched) puts one candidate of a search in place: the layer switched off and applied
         with I(settings), the candidate's, keeping the snapshot of its first apply in the run;
-        I(decision) names the candidate (C(value)) and the journal records "candidate <value>
-        in place for the search".
+        I(decision) names the candidate (C(value)) and the journal records C(candidate <value>
+        in place for the search)."
       - C(interrupted) puts a layer that a run was measuring back to its snapshot because the
         run was stopped (a signal, a lost controller, a workload broken either way); the
         journal records the interruption with I(decision), no gate verdict, so the next run

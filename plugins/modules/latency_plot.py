@@ -90,7 +90,7 @@ search_dest:
   returned: always
   type: str
 searches:
-  description: The searches drawn (or that would be), C(<layer>: <variable>).
+  description: "The searches drawn (or that would be), C(<layer>: <variable>)."
   returned: always
   type: list
   elements: str

@@ -256,7 +256,8 @@ class Journal(object):
                 # what a later run needs to leave a settled search as it is (policy/candidates.py)
                 row["search"] = {
                     "variable": found.get("variable"),
-                    "candidates": [r.get("value") for r in found.get("rows") or [] if r.get("arm") == "candidate"],
+                    "candidates": found.get("candidates")
+                    or [r.get("value") for r in found.get("rows") or [] if r.get("arm") == "candidate"],
                     "chosen": found.get("chosen"),
                     "decision": decision.get("decision"),
                 }

@@ -159,3 +159,21 @@ def test_the_rejected_first_candidate_is_not_applied_again(fakeroot, hash_tree):
 def test_search_settled_refuses_what_is_not_a_candidate_list():
     with pytest.raises(AnsibleFilterError, match="candidate values as a non-empty list"):
         search_settled(700, "gpu_settings", POWER, [])
+
+
+def test_a_candidate_equal_to_the_host_value_still_counts_as_given(fakeroot):
+    """A candidate equal to the host's own value is measured as the host's arm (no row of its
+    own); the journal lists the candidates as given, so the same list is found settled."""
+    journal = open_journal("/var/lib/stacktune", str(fakeroot))
+    eng = Engine(Context("memory", root=str(fakeroot), run_command=None), journal)
+    eng.apply([{"kind": "sysctl", "key": "vm.swappiness", "value": "20"}], "run1")
+    rows = [{"arm": "host", "value": 6}, {"arm": "candidate", "value": 20}, {"arm": "candidate", "value": 1}]
+    search = {"variable": "extra", "chosen": 1, "rows": rows, "candidates": [20, 1, 6]}
+    eng.keep("run1", {"decision": "keep", "method": "search", "search": search})
+    journaled = journal.summary()
+    assert journaled[0]["search"]["candidates"] == [20, 1, 6]
+    assert search_settled([20, 1, 6], "memory", "extra", journaled) == {
+        "value": 1,
+        "search": False,
+        "why": "memory: the search of extra kept 1; it stays in place",
+    }
