@@ -114,9 +114,9 @@ def test_the_report_shows_the_search_figure_and_no_missing_latency_plot():
     from ansible_collections.stacktune.gpu.plugins.filter import run_report
 
     plot = {"skipped": False, "panels": [], "searches": ["gpu_settings: %s" % VARIABLE]}
-    text = "\n".join(run_report._head("h", "r1", {"gpu_count": 0, "reason": "no GPU"}, False, None, plot))
+    text = "\n".join(run_report._head("h", "r1", {"gpu_count": 0, "reason": "no GPU"}, False, {}, plot))
     assert "![throughput, p99 and energy per step against the candidate value](h-search.png)" in text
     assert "(h.png)" not in text
     plot["panels"] = ["kernel on train_step"]
-    text = "\n".join(run_report._head("h", "r1", {"gpu_count": 0, "reason": "no GPU"}, False, None, plot))
+    text = "\n".join(run_report._head("h", "r1", {"gpu_count": 0, "reason": "no GPU"}, False, {}, plot))
     assert "(h.png)" in text and "(h-search.png)" in text
