@@ -534,13 +534,14 @@ class ActionModule(ActionBase):
             guard.check()
             with guard.critical():
                 state["switching"] = True
-                if state["on"]:
-                    self._engine("suspended", task_vars)
-                    state["on"] = False
-                if value is not None:
-                    self._engine(
-                        "present", task_vars, settings=search["settings"][search["index"][value]], retry_rejected=True
-                    )
+                if value is None:
+                    if state["on"]:
+                        self._engine("suspended", task_vars)
+                        state["on"] = False
+                else:
+                    # one engine call: the layer off, then this candidate on; journaled as the switch it is
+                    settings = search["settings"][search["index"][value]]
+                    self._engine("switched", task_vars, settings=settings, decision={"value": value})
                     state["on"] = True
                 state["arm"], state["switching"] = value, False
 
@@ -552,9 +553,11 @@ class ActionModule(ActionBase):
             self._live_call("stopped", w, bench, task_vars, quiet=True)
         if decision["decision"] == "keep":
             switch(decision["search"]["chosen"])  # the chosen value in place, then kept
-        elif not state["on"]:
-            self._engine("reapplied", task_vars)  # on again: the rollback puts back what it changed
-            state["on"] = True
+        else:
+            # the first candidate on (what the layer applies when the same candidates are given
+            # again): the rollback records it as rejected, so the next run neither applies nor
+            # searches them again (policy/candidates.py settled) unless retry_rejected asks
+            switch(search["values"][0])
         display.display("    %s: %s" % (self._task.args["layer"], decision["summary"]))
         return decision, {w: {"without": [], "with": []}}
 

@@ -24,10 +24,14 @@ def gpu_settings_settings(
     gpu_count=0,
     enabled=True,
     search=False,
+    journaled=None,
+    retry_rejected=False,
 ):
     """One NVML setting per value that is not null and per GPU. A power limit given as
-    candidates puts the first in place; with ``search`` the filter returns instead what the
-    gate searches (every candidate with its settings), or None when there is one value."""
+    candidates puts the first in place, or the value a search of the same candidates kept
+    (``journaled``: ``journal_info``'s layers; policy/candidates.py ``settled``); with
+    ``search`` the filter returns instead what the gate searches (every candidate with its
+    settings), or None when there is one value or the journal's search of them is settled."""
     gpus = plain(gpus)
     if gpus != "all" and not isinstance(gpus, list):
         raise AnsibleFilterError("gpu_settings_settings expects 'all' or a list of GPU indexes, got %r" % (gpus,))
@@ -36,15 +40,16 @@ def gpu_settings_settings(
         found = candidates.searchable_candidates(name, plain(power_limit_w))
     except candidates.CandidateError as exc:
         raise AnsibleFilterError("gpu_settings_settings: %s" % exc) from None
+    done = candidates.settled("gpu_settings", name, found, plain(journaled), bool(retry_rejected)) if found else None
     values = {
         "persistence_mode": plain(persistence_mode),
-        "power_limit_w": found[0] if found else plain(power_limit_w),
+        "power_limit_w": done["value"] if found else plain(power_limit_w),
         "compute_mode": plain(compute_mode),
         "app_clocks": plain(app_clocks),
     }
     if not search:
         return layers.gpu_settings(gpus, values, gpu_count, bool(enabled))
-    if not found or not enabled or not gpu_count:
+    if not found or not enabled or not gpu_count or not done["search"]:
         return None
     return candidates.layer_search(
         name, found, lambda v: layers.gpu_settings(gpus, dict(values, power_limit_w=v), gpu_count, True)

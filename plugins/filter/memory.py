@@ -24,18 +24,27 @@ def memory_settings(
     enabled=True,
     proc=None,
     search=False,
+    journaled=None,
+    retry_rejected=False,
 ):
     """Engine settings for /dev/shm, memlock, THP and hugepages; ``proc``: the slurp results of
     /proc/meminfo and /proc/mounts (read for ``shm_size: auto`` only). A THP mode given as
-    candidates puts the first in place; with ``search`` the filter returns instead what the
-    gate searches (every candidate with the layer's settings), or None when there is none."""
+    candidates puts the first in place, or the value a search of the same candidates kept
+    (``journaled``: ``journal_info``'s layers; policy/candidates.py ``settled``); with ``search``
+    the filter returns instead what the gate searches (every candidate with the layer's
+    settings), or None when there is none or the journal's search of them is settled."""
     given = {"memory_thp_enabled": plain(thp_enabled), "memory_thp_defrag": plain(thp_defrag)}
     try:
         found = {k: candidates.searchable_candidates(k, v) for k, v in given.items()}
         searched = [k for k, v in found.items() if v]
         if len(searched) > 1:
             raise ValueError("one setting is searched at a time: %s are both candidate lists" % " and ".join(searched))
-        first = {k: (found[k][0] if found[k] else v) for k, v in given.items()}
+        done = (
+            candidates.settled("memory", searched[0], found[searched[0]], plain(journaled), bool(retry_rejected))
+            if searched
+            else None
+        )
+        first = {k: (done["value"] if found[k] else v) for k, v in given.items()}
 
         def settings(values):
             return layers.memory_settings(
@@ -50,7 +59,7 @@ def memory_settings(
 
         if not search:
             return settings(first)
-        if not searched or not enabled:
+        if not searched or not enabled or not done["search"]:
             return None
         name = searched[0]
         return candidates.layer_search(name, found[name], lambda v: settings(dict(first, **{name: v})))

@@ -239,7 +239,7 @@ def _head(host, run_id, facts, check_mode, acceptance, plot):
     else:
         lines.append("No acceptance recorded on this host (playbooks/acceptance.yml).")
     lines.append("")
-    if plot.get("skipped", True) is False:
+    if plot.get("skipped", True) is False and plot.get("panels", True):
         lines += [
             "Step times without and with each measured layer, one panel per workload it was judged on:",
             "",
@@ -247,6 +247,13 @@ def _head(host, run_id, facts, check_mode, acceptance, plot):
         ]
     else:
         lines.append("No step-time plot: %s." % _text(plot.get("reason", "no layer was measured")))
+    if plot.get("skipped", True) is False and plot.get("searches"):
+        lines += [
+            "",
+            "Throughput, p99 and energy per step against the candidate value of each search:",
+            "",
+            "![throughput, p99 and energy per step against the candidate value](%s-search.png)" % host,
+        ]
     return lines + [""] + ([] if check_mode else HOW_TO_READ + [""])
 
 

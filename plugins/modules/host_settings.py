@@ -62,12 +62,16 @@ options:
       - C(suspended) switches an applied layer off for a measurement block (the host goes
         back to the layer's snapshot; the journal keeps the layer's settings and snapshot) and
         C(reapplied) switches it on again. The gate alternates them between blocks.
+      - "C(switched) puts one candidate of a search in place: the layer switched off and applied
+        with I(settings), the candidate's, keeping the snapshot of its first apply in the run;
+        I(decision) names the candidate (C(value)) and the journal records C(candidate <value>
+        in place for the search)."
       - C(interrupted) puts a layer that a run was measuring back to its snapshot because the
         run was stopped (a signal, a lost controller, a workload broken either way); the
         journal records the interruption with I(decision), no gate verdict, so the next run
         measures the layer again.
     type: str
-    choices: [present, verify, kept, restored, suspended, reapplied, interrupted]
+    choices: [present, verify, kept, restored, suspended, reapplied, interrupted, switched]
     default: present
   settings:
     description:
@@ -124,7 +128,8 @@ options:
   decision:
     description:
       - The gate's decision record, stored in the journal with I(state=kept) or
-        I(state=restored); with I(state=interrupted), what stopped the run (C(reason)).
+        I(state=restored); with I(state=interrupted), what stopped the run (C(reason)); with
+        I(state=switched), the candidate put in place (C(value)).
     type: dict
   run_id:
     default: manual
@@ -321,7 +326,7 @@ def main():
             state=dict(
                 type="str",
                 default="present",
-                choices=["present", "verify", "kept", "restored", "suspended", "reapplied", "interrupted"],
+                choices=["present", "verify", "kept", "restored", "suspended", "reapplied", "interrupted", "switched"],
             ),
             settings=dict(type="list", elements="dict", default=[]),
             from_journal=dict(type="bool", default=False),
@@ -354,6 +359,7 @@ def main():
         "suspended": "switch off",
         "reapplied": "re-apply",
         "interrupted": "put back",
+        "switched": "switch to a candidate of",
     }[p["state"]]
     locked = False
     lock_notes = []
@@ -374,6 +380,8 @@ def main():
             result = engine.reapply(p["run_id"])
         elif p["state"] == "suspended":
             result = engine.suspend(p["run_id"])
+        elif p["state"] == "switched":
+            result = engine.switch(p["settings"], p["run_id"], (p["decision"] or {}).get("value"))
         elif p["state"] == "interrupted":
             result = engine.interrupt(p["run_id"], (p["decision"] or {}).get("reason") or "the run was stopped")
         else:
@@ -389,7 +397,7 @@ def main():
             journal.unlock()
 
     result["notes"] = lock_notes + result.get("notes", [])
-    if module._diff and p["state"] in ("present", "reapplied"):
+    if module._diff and p["state"] in ("present", "reapplied", "switched"):
         result["diff"] = {
             "before": {
                 r["id"]: {

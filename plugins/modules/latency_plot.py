@@ -21,6 +21,10 @@ description:
   - Each panel's title names the layer, the workload and the outcome; the layer's one-line
     verdict is printed under the axes, never over the curves.
   - "Meant to run on the controller (C(delegate_to: localhost)) at the end of a tune run."
+  - "A layer whose gate searched candidate values (its decision's C(method) is C(search)) gets a
+    second figure, RV(search_dest): per search, throughput (steps/s), p99 step time (ms) and
+    energy per step (J) against the candidate value, each with its noise, the host's own value
+    as a dashed line, dropped candidates hollow and the chosen value marked."
   - Needs matplotlib on the Python that runs it; without it the module reports
     C(skipped) with the reason instead of failing.
 author: stacktune maintainers (@stacktune)
@@ -76,6 +80,17 @@ layers:
   elements: str
 panels:
   description: The panels drawn (or that would be), C(<layer> on <workload>).
+  returned: always
+  type: list
+  elements: str
+search_dest:
+  description:
+    - The figure of the searches (I(dest) with C(-search) before its suffix), written when a
+      layer's gate searched candidate values.
+  returned: always
+  type: str
+searches:
+  description: "The searches drawn (or that would be), C(<layer>: <variable>)."
   returned: always
   type: list
   elements: str
@@ -254,6 +269,123 @@ def draw(plt, shown, title, wrap=110):
     return fig
 
 
+def search_panels(records):
+    """One search panel per layer whose gate searched candidate values: ``(layer, record, search)``
+    with the search's rows (the host's own value and every candidate)."""
+    out = []
+    for rec in records:
+        gate = rec.get("gate") or {}
+        found = gate.get("search") if gate.get("method") == "search" else None
+        if isinstance(found, dict) and any(r.get("arm") == "candidate" for r in found.get("rows") or []):
+            out.append((rec.get("layer"), rec, found))
+    return out
+
+
+def search_dest(dest):
+    """The searches' figure next to ``dest``: ``run.png`` -> ``run-search.png``."""
+    stem, ext = os.path.splitext(dest)
+    return "%s-search%s" % (stem, ext or ".png")
+
+
+# a search's measures, each as its row gives it: (key, half-width key, axis label)
+SEARCH_MEASURES = (
+    ("throughput", "throughput_half", "throughput (steps/s)"),
+    ("p99_ms", None, "p99 step time (ms)"),
+    ("j_per_step", "j_per_step_half", "energy per step (J)"),
+)
+
+
+def _search_x(values):
+    """Where each candidate value goes on the x axis, and the tick labels: the values
+    themselves when all are numbers, else their positions in the given order."""
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return [float(v) for v in values], None
+    return [float(i) for i in range(len(values))], [str(v) for v in values]
+
+
+def draw_search(plt, searches, title):
+    """The searches' figure: per search three axes (throughput, p99, J/step) against the
+    candidate value, error bars the measure's noise, the host's own value a dashed line, a
+    dropped candidate hollow, the chosen value marked with a star and named in the title."""
+    fig, axes = plt.subplots(
+        3 * len(searches), 1, figsize=(8, 7.2 * len(searches) + 0.6), squeeze=False, constrained_layout=True
+    )
+    for i, (layer, _rec, found) in enumerate(searches):
+        rows = found.get("rows") or []
+        cands = [r for r in rows if r.get("arm") == "candidate"]
+        host = next((r for r in rows if r.get("arm") == "host"), {})
+        xs, names = _search_x([r.get("value") for r in cands])
+        chosen = found.get("chosen")
+        host_chosen = found.get("decision") != "keep"
+        where = "the host's own value (%s)" % host.get("value") if host_chosen else str(chosen)
+        for j, (key, half, label) in enumerate(SEARCH_MEASURES):
+            ax = axes[3 * i + j, 0]
+            pts = [(x, r) for x, r in zip(xs, cands) if r.get(key) is not None]
+            if not pts:
+                ax.text(0.5, 0.5, "%s: not measured" % label, ha="center", va="center", transform=ax.transAxes)
+                ax.set_ylabel(label)
+                continue
+            for dropped in (False, True):
+                mine = [(x, r) for x, r in pts if (r.get("status") == "dropped") == dropped]
+                if not mine:
+                    continue
+                ax.errorbar(
+                    [x for x, _r in mine],
+                    [r[key] for _x, r in mine],
+                    yerr=[r.get(half) or 0.0 for _x, r in mine] if half else None,
+                    fmt="o",
+                    color="tab:blue",
+                    mfc="white" if dropped else "tab:blue",
+                    capsize=3,
+                    label="dropped candidates" if dropped else "candidates",
+                )
+            ax.plot(xs, [r.get(key) for r in cands], color="tab:blue", alpha=0.35, linewidth=1)
+            if host.get(key) is not None:
+                ax.axhline(
+                    host[key],
+                    color="grey",
+                    linestyle="--",
+                    linewidth=1,
+                    label="host's own value (%s)" % host.get("value"),
+                )
+            if not host_chosen and chosen in [r.get("value") for r in cands]:
+                x, r = next((x, r) for x, r in zip(xs, cands) if r.get("value") == chosen)
+                if r.get(key) is not None:
+                    ax.plot(
+                        [x],
+                        [r[key]],
+                        marker="*",
+                        markersize=16,
+                        color="tab:red",
+                        linestyle="",
+                        label="chosen: %s" % chosen,
+                    )
+            if names:
+                ax.set_xticks(xs)
+                ax.set_xticklabels(names)
+            ax.set_ylabel(label)
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=7, loc="best")
+            if j == 0:
+                ax.set_title(
+                    "%s: search %s (%s): %s %s"
+                    % (
+                        layer,
+                        found.get("variable"),
+                        found.get("objective"),
+                        OUTCOME.get(found.get("decision"), ""),
+                        where,
+                    ),
+                    loc="left",
+                    fontsize=10,
+                    fontweight="bold",
+                )
+            if j == len(SEARCH_MEASURES) - 1:
+                ax.set_xlabel("%s (candidate value)" % found.get("variable"))
+    fig.suptitle("%s: searches" % title, fontsize=11)
+    return fig
+
+
 OUTCOME = {"keep": "KEPT", "rollback": "ROLLED BACK", "inconclusive": "INCONCLUSIVE"}
 
 
@@ -268,14 +400,17 @@ def main():
     )
     dest = module.params["dest"]
     shown = panels(module.params["records"])
+    searches = search_panels(module.params["records"])
     result = {
         "changed": False,
         "dest": dest,
         "layers": sorted({p[0] for p in shown}, key=[p[0] for p in shown].index),
         "panels": ["%s on %s" % (p[0], p[1]) for p in shown],
+        "search_dest": search_dest(dest),
+        "searches": ["%s: %s" % (p[0], p[2].get("variable")) for p in searches],
         "skipped": True,
     }
-    if not shown:
+    if not shown and not searches:
         module.exit_json(reason="no layer was measured", **result)
     if module.check_mode:
         module.exit_json(reason="check mode", **result)
@@ -287,16 +422,20 @@ def main():
     except ImportError:
         module.exit_json(reason="matplotlib is not importable by %s" % sys.executable, **result)
 
-    fig = draw(plt, shown, module.params["title"])
-    try:
-        directory = os.path.dirname(os.path.abspath(dest))
-        if not os.path.isdir(directory):
-            os.makedirs(directory)
-        fig.savefig(dest, dpi=90, bbox_inches="tight")
-    except (IOError, OSError) as exc:
-        module.fail_json(msg="Failed to write plot %s: %s" % (dest, exc))
-    finally:
-        plt.close(fig)
+    figures = [(dest, lambda: draw(plt, shown, module.params["title"]))] if shown else []
+    if searches:
+        figures.append((search_dest(dest), lambda: draw_search(plt, searches, module.params["title"])))
+    for path, make in figures:
+        fig = make()
+        try:
+            directory = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(directory):
+                os.makedirs(directory)
+            fig.savefig(path, dpi=90, bbox_inches="tight")
+        except (IOError, OSError) as exc:
+            module.fail_json(msg="Failed to write plot %s: %s" % (path, exc))
+        finally:
+            plt.close(fig)
     result.update(changed=True, skipped=False)
     module.exit_json(**result)
 

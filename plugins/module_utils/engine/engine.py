@@ -387,6 +387,47 @@ class Engine(ApplySteps):
             raise SpecError("layer %s is not switched off for a measurement; nothing to put back on" % self.ctx.layer)
         return self.apply(None, run_id, given=copy.deepcopy(entry["settings"]))
 
+    def switch(self, specs, run_id, value):
+        """Put one candidate of a search in place: the layer switched off (back to its snapshot)
+        and applied with that candidate's settings, as ``suspend`` and ``reapply`` do, with the
+        snapshot of the layer's first apply in this run kept (an interruption or a rollback goes
+        back there). The journal says "candidate <value> in place for the search" (a ``switch``
+        record in the history and the events), never that a run stopped.
+        """
+        layer = self.ctx.layer
+        entry = self.load(layer)
+        if entry is None or entry["state"] not in ("applied", "suspended") or not entry.get("snapshot"):
+            raise SpecError("layer %s has no settings applied in this run to switch to candidate %r" % (layer, value))
+        if not specs:
+            raise SpecError("layer %s: candidate %r has no settings to put in place" % (layer, value))
+        settings, unsupported = self.normalize(specs)
+        settings = self.minimums(settings, entry)
+        self.check_ownership(layer, settings)
+        if entry["state"] == "applied" and _same_settings(entry["settings"], settings):
+            note = "candidate %s is in place already" % (value,)
+            return self._summary("switched", [], unsupported, entry, changed=False, note=note)
+        if entry["state"] == "applied":
+            self.suspend(run_id)
+        if self.check_mode:
+            result = self._summary("switched", [], unsupported, entry, changed=True)
+        else:
+            result = self.apply(None, run_id, given=settings)
+            entry = self.load(layer)
+            record = {
+                "time": now(),
+                "run_id": run_id,
+                "action": "switch",
+                "value": value,
+                "note": "candidate %s in place for the search" % (value,),
+            }
+            entry["history"].append(record)
+            self.journal.save(entry)
+            record["layer"] = layer
+            self.journal.event(record)
+        result["action"] = "switched"
+        result["notes"].append("candidate %s in place for the search" % (value,))
+        return result
+
     def interrupt(self, run_id, reason):
         """Put a layer this run was measuring back to its snapshot, because the run stopped.
 

@@ -242,16 +242,26 @@ class Journal(object):
                 continue
             decision = entry.get("decision") or {}
             history = entry.get("history") or []
-            rows.append(
-                {
-                    "layer": layer,
-                    "state": entry.get("state"),
-                    "run_id": entry.get("run_id"),
-                    "settings": len(entry.get("settings") or []),
+            row = {
+                "layer": layer,
+                "state": entry.get("state"),
+                "run_id": entry.get("run_id"),
+                "settings": len(entry.get("settings") or []),
+                "decision": decision.get("decision"),
+                "updated": (history[-1] or {}).get("time") if history else None,
+                "search": None,
+            }
+            found = decision.get("search") if decision.get("method") == "search" else None
+            if isinstance(found, dict):
+                # what a later run needs to leave a settled search as it is (policy/candidates.py)
+                row["search"] = {
+                    "variable": found.get("variable"),
+                    "candidates": found.get("candidates")
+                    or [r.get("value") for r in found.get("rows") or [] if r.get("arm") == "candidate"],
+                    "chosen": found.get("chosen"),
                     "decision": decision.get("decision"),
-                    "updated": (history[-1] or {}).get("time") if history else None,
                 }
-            )
+            rows.append(row)
         return rows
 
     def owned_paths(self):

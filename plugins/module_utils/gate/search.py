@@ -602,6 +602,7 @@ def search_live(search, switch, measure, gate, policy, a_run=None):
         "summary": line,
         "verdicts": judged.get("verdicts") or dict.fromkeys(("throughput", "p50", "tail", "stalls"), "unknown"),
         "resolved": res["stop"] == "resolved",
-        "search": dict(res, variable=search["variable"]),
+        # the candidates as given (one equal to the host's own value is measured as the host's arm)
+        "search": dict(res, variable=search["variable"], candidates=list(search["values"])),
         "seconds": res.get("seconds"),
     }

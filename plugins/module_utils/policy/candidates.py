@@ -121,3 +121,40 @@ def layer_search(variable, candidates, settings_for):
         "variable": variable,
         "candidates": [{"value": v, "settings": settings_for(v)} for v in candidates],
     }
+
+
+def journaled_search(journaled, layer):
+    """The search the journal records for ``layer`` (its row of ``journal_info``'s ``layers``,
+    whose ``search`` is the last search's variable, candidates, chosen value and decision),
+    with the layer's ``state``; None when its last decision was no search."""
+    for row in journaled or []:
+        if isinstance(row, dict) and row.get("layer") == layer and isinstance(row.get("search"), dict):
+            return dict(row["search"], state=row.get("state"))
+    return None
+
+
+def settled(layer, variable, values, journaled, retry_rejected=False):
+    """What a run does with the candidates ``values`` of ``variable`` after the searches the
+    journal records (``journaled``: ``journal_info``'s ``layers``): ``{"value", "search",
+    "why"}``, the value the layer puts in place and whether the gate searches.
+
+    - the same candidates searched, the chosen value kept (state ``kept``): the chosen value,
+      no search; applying it changes nothing, so the run changes nothing;
+    - the same candidates searched, the host's own value kept (state ``rolled_back``): the
+      first candidate (the settings the rollback recorded as rejected, which the engine does not
+      apply again), no search, unless ``retry_rejected``: then a new search;
+    - otherwise (no search recorded, other candidates, another variable): the first candidate
+      and a search.
+    """
+    last = journaled_search(journaled, layer)
+    same = last is not None and last.get("variable") == variable and list(last.get("candidates") or []) == values
+    if same and last.get("state") == "kept" and last.get("decision") == "keep" and last.get("chosen") in values:
+        why = "%s: the search of %s kept %s; it stays in place" % (layer, variable, last["chosen"])
+        return {"value": last["chosen"], "search": False, "why": why}
+    if same and last.get("state") == "rolled_back" and last.get("decision") == "rollback" and not retry_rejected:
+        why = (
+            "%s: the search of %s kept the host's own value; not searched again "
+            "(-e stacktune_retry_rejected=true searches again)" % (layer, variable)
+        )
+        return {"value": values[0], "search": False, "why": why}
+    return {"value": values[0], "search": True, "why": "%s: search %s" % (layer, variable)}

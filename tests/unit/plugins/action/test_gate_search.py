@@ -6,7 +6,7 @@
 real bench module (a real block runner, a real program streaming its steps) and a host whose
 setting is a file the running program re-reads every step (its value scales the step's sleep).
 Only the settings engine is a stand-in (it writes that file: the candidate's value on
-``present``, the host's own value 1.0 on ``suspended``, ``restored`` and ``interrupted``)."""
+``present`` and ``switched``, the host's own value 1.0 on ``suspended``, ``restored`` and ``interrupted``)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -72,7 +72,7 @@ class Host:
             self.hook(self)
         if name == "host_settings":
             state = module_args["state"]
-            if state == "present":
+            if state in ("present", "switched"):
                 self.journaled = module_args["settings"][0]["value"]
                 self.set(self.journaled)
             elif state == "reapplied":
@@ -146,7 +146,11 @@ def test_the_faster_candidate_is_chosen_in_one_program_and_kept(program, monkeyp
     lives = [a["live"] for name, a in host.calls if name == "bench" and a.get("live")]
     assert lives.count("started") == 1 and lives.count("stopped") == 1  # ONE program for the search
     states = [a["state"] for name, a in host.calls if name == "host_settings"]
-    assert set(states[:-1]) <= {"suspended", "present"} and states[-1] == "kept"
+    # every candidate is put in place by the engine's switch (journaled "candidate <v> in place")
+    assert set(states[:-1]) <= {"suspended", "switched"} and states[-1] == "kept"
+    switched = [a for name, a in host.calls if name == "host_settings" and a["state"] == "switched"]
+    assert {a["decision"]["value"] for a in switched} == {3.0, 0.5}
+    assert switched[-1]["decision"]["value"] == 0.5
 
 
 def test_candidates_no_better_than_the_host_leave_the_host_value(program, monkeypatch):
@@ -156,7 +160,11 @@ def test_candidates_no_better_than_the_host_leave_the_host_value(program, monkey
     gate = res["gate"]
     assert gate["decision"] == "rollback" and gate["search"]["chosen"] == 1.0, gate["reason"]
     assert host.value() == 1.0
-    assert [a["state"] for name, a in host.calls if name == "host_settings"][-1] == "restored"
+    calls = [a for name, a in host.calls if name == "host_settings"]
+    assert calls[-1]["state"] == "restored"
+    # the first candidate on before the rollback: it is what the journal records as rejected,
+    # the settings the layer applies when the same candidates are given again (not applied again)
+    assert calls[-2]["state"] == "switched" and calls[-2]["decision"] == {"value": 2.0}
 
 
 def test_check_mode_says_the_plan(program, monkeypatch):
