@@ -359,7 +359,9 @@ class ActionModule(ActionBase):
             )
             return out
 
-        live, live_info = live_plan(changes, workloads, bench, wanted=bench.get("live", True) is not False)
+        # a search switches every row of the layer, also when its first candidate changed nothing
+        rows = [dict(r, changed=True) for r in changes or [] if isinstance(r, dict)] if search else changes
+        live, live_info = live_plan(rows, workloads, bench, wanted=bench.get("live", True) is not False)
         trial = None
         if live:
             state["unit"] = "window"  # what a stop lands in, for the journal's reason
