@@ -339,6 +339,9 @@ class Engine(ApplySteps):
             row["effect"] = effect
             if effect == "now":
                 row.update(KINDS[s["kind"]].running_fields(s))
+        elif s.get("kind") in KINDS:
+            # what a running process would see of it, for a search whose candidate changes this row
+            row.update(KINDS[s["kind"]].running_fields(s))
         if before is not None:
             row["live_before"] = before["live"]
             row["persisted_before"] = before["persisted"] if before["unit"] is not None else None
