@@ -290,7 +290,7 @@ def main(argv=None):
         argv_ = builtin_command(args.python, args.workload, budget)
     rec = Recorder(argv_, nvml, args.sample_hz, args.energy_hz)
     rec.sampling = False  # from the end of the warm-up (profile) or as an arm turns it on
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, lambda *_args: (_x for _x in ()).throw(KeyboardInterrupt()))
     spans, switches = [], []
     rng = random.Random(args.seed)
     try:

@@ -261,6 +261,7 @@ print("lock:", json.load(open("/var/lib/stacktune/run.lock"))["holder"])'
       echo "state hash before: $(state_hash before)"
       for prog in transformer_program.py "train_step_program.py --steps 100000000"; do
         t0=$(date +%s)
+        # shellcheck disable=SC2086  # $prog is the program and its arguments, split on purpose
         run ap playbooks/diagnose.yml -e "{\"stacktune_bench_live_command\": [\"$py\", $(printf '"%s", ' $PWD/tests/gpu/$prog | sed 's/, $//')]}"
         echo "diagnose.yml on $prog: $(( $(date +%s) - t0 )) s"
       done

@@ -38,7 +38,7 @@ def main():
             batch_first=True,
             norm_first=True,
         )
-        for _ in range(args.layers)
+        for _layer in range(args.layers)
     ]
     model = torch.nn.Sequential(*layers, torch.nn.Linear(args.width, args.width)).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)

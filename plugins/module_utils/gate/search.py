@@ -31,12 +31,6 @@ import math
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.common.stats import mean, quantile, stdev, t_ppf
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.blocks import arm_effect, judge_blocks
-from ansible_collections.stacktune.gpu.plugins.module_utils.policy.candidates import (  # noqa: F401 - its API
-    MAX_CANDIDATES,
-    CandidateError,
-    expand_candidates,
-    is_candidates,
-)
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import (
     DEFAULTS,
     TAIL_DIMENSIONS,
@@ -350,7 +344,7 @@ class Search:
             for arm in order:
                 if arm not in active:
                     continue
-                for _ in range(self.budget["visit_windows"]):
+                for _visit in range(self.budget["visit_windows"]):
                     out = take(arm)
                     if out.get("failed"):
                         break

@@ -38,9 +38,9 @@ def synthetic(curve, windows=12, seconds=3.0, seed=42):
     out = {}
     for arm, (ms, joules, cv) in curve.items():
         out[arm] = []
-        for _ in range(windows):
+        for _window in range(windows):
             m = ms * (1.0 + rng.gauss(0.0, cv))
-            steps = [m * (1.0 + rng.gauss(0.0, 0.003)) for _ in range(int(seconds * 1000.0 / ms))]
+            steps = [m * (1.0 + rng.gauss(0.0, 0.003)) for _step in range(int(seconds * 1000.0 / ms))]
             j = joules * (1.0 + rng.gauss(0.0, cv))
             out[arm].append(
                 {"samples_ms": steps, "energy_mj": [j * len(steps) * 1000.0], "span_s": sum(steps) / 1000.0}

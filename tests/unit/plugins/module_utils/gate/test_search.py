@@ -14,15 +14,14 @@ import pytest
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.search import (
     HOST,
-    CandidateError,
     Search,
     SearchBroken,
     arm_summary,
     choice_line,
-    expand_candidates,
     replay,
     search_plan,
 )
+from ansible_collections.stacktune.gpu.plugins.module_utils.policy.candidates import CandidateError, expand_candidates
 
 _spec = importlib.util.spec_from_file_location("search_data", os.path.join(os.path.dirname(__file__), "search_data.py"))
 data = importlib.util.module_from_spec(_spec)
@@ -32,7 +31,8 @@ POWER = data.power_windows()
 CANDIDATES = [700, 650, 600, 550, 500, 450]
 
 
-def run(host, candidates=CANDIDATES, seed=1, windows=POWER, **kw):
+def run(host, candidates=None, seed=1, windows=POWER, **kw):
+    candidates = CANDIDATES if candidates is None else candidates
     by_arm = {c: windows[c] for c in candidates}
     by_arm[None] = windows[host]
     switch, measure = replay(by_arm, random.Random(seed))
