@@ -88,16 +88,12 @@ attributes:
   check_mode:
     support: full
     description: Reads only; runs the program the same way in check mode.
-  diff_mode:
-    support: none
-    description: No diff is returned.
   idempotent:
     support: full
     description: Never changes anything.
-  platform:
-    support: full
-    platforms: posix
-    description: Linux hosts (/proc).
+extends_documentation_fragment:
+  - stacktune.gpu.attributes
+  - stacktune.gpu.attributes.no_diff
 seealso:
   - module: stacktune.gpu.bench
 """
