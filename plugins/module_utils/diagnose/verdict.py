@@ -14,6 +14,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.metrics import DIAGNOSIS_VERDICTS
+
 THRESHOLDS = {
     "min_samples": 4,  # snapshots: fewer cannot give a rate
     "min_steps": 5,  # step lines in the profile
@@ -34,17 +36,8 @@ THRESHOLDS = {
     "cpu_pressure_pct": 50.0,  # /proc/pressure/cpu some avg10: runnable tasks wait for a CPU
 }
 
-VERDICTS = (
-    "gpu_power_cap",
-    "gpu_clocks_thermal",
-    "gpu_compute",
-    "host_memory",
-    "input_storage",
-    "input_loader",
-    "cpu_main",
-    "communication",
-    "unclear",
-)
+# the verdicts, in the order the rules are tried: one list with the metrics series that carries them
+VERDICTS = DIAGNOSIS_VERDICTS
 
 TITLES = {
     "gpu_power_cap": "GPU-bound at its power cap",

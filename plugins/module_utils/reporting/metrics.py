@@ -26,7 +26,7 @@ FILE_NAME = "stacktune.prom"
 LAYER_STATES = ("new", "applying", "applied", "kept", "rolled_back", "restored")
 DECISIONS = ("keep", "rollback", "inconclusive")
 
-# The diagnosis's verdicts (diagnose/verdict.py VERDICTS; a unit test ties the two lists).
+# The diagnosis's verdicts, in the order its rules are tried (diagnose/verdict.py reads them from here).
 DIAGNOSIS = "stacktune_diagnosis_verdict"
 DIAGNOSIS_VERDICTS = (
     "gpu_power_cap",
