@@ -472,6 +472,8 @@ def report_markdown(
     lines += diagnosis_markdown(plain(diagnosis) if hasattr(diagnosis, "keys") else {}, results)
     if not check_mode and any((r.get("gate") or {}).get("method") == "live" for r in results if isinstance(r, dict)):
         lines += HOW_TO_READ_LIVE + [""]
+    # the layer table under a heading of its own, never inside the diagnosis' section
+    lines += ["## Layers", ""]
     lines += [
         "| layer | policy | outcome | settings changed | pending reboot | measured on | verdict |",
         "| --- | --- | --- | --- | --- | --- | --- |",
