@@ -294,8 +294,9 @@ def _check_one(name, spec, value, errors):
 
 
 def _check_searchable(name, value, errors):
-    """A variable that takes one value or candidates of it (policy/candidates.py): each
-    candidate is checked as the one value is, and the message names the bad one."""
+    """A variable that takes one value or candidates of it (layers/candidates.py; the variables
+    are the layers' SEARCHABLE): each candidate is checked as the one value is, and the message
+    names the bad one."""
     words, check_one = SEARCHABLE[name]
     try:
         if is_candidates(value):
