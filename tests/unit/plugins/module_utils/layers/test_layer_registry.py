@@ -47,8 +47,11 @@ def test_names_are_the_folders_modules_that_are_no_shared_part(tmp_path):
     assert registry.names(str(tmp_path)) == ("mine",)
 
 
+def settings(*_args, **_kwargs):
+    return []
+
+
 def test_gather_checks_each_module():
-    settings = lambda *args, **kwargs: []  # noqa: E731
     one = fake("one", NAME="one", settings=settings, RULES={"one_path": {"absolute": True}}, SEARCHABLE={})
     assert registry.gather([one]) == {"one": one}
     with pytest.raises(ValueError, match="layer module two: NAME must be 'two', got 'one'"):
