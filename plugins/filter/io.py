@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The disks the io layer tunes for a list of paths, and its engine settings (documented in
-io_targets.yml and io_settings.yml)."""
+io_targets.yml and io_settings.yml); the settings are the layer module
+module_utils/layers/io.py's ``settings``, as layer_settings('io') gives them."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -12,8 +13,7 @@ __metaclass__ = type
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.cpu_io_facts import io_targets as _io_targets
-from ansible_collections.stacktune.gpu.plugins.module_utils.policy import layers
-from ansible_collections.stacktune.gpu.plugins.plugin_utils._plain import plain
+from ansible_collections.stacktune.gpu.plugins.plugin_utils._layers import call_layer
 
 
 def io_targets(block_facts, paths):
@@ -39,16 +39,15 @@ def io_settings(
     reason_gone=None,
 ):
     """Engine settings: readahead per target, scheduler and queue depth per member disk, writeback timers."""
-    targets = plain(targets)
-    if not isinstance(targets, list):
-        raise AnsibleFilterError("io_settings expects the list io_targets returns, got %s" % type(targets).__name__)
-    return layers.io_settings(
+    return call_layer(
+        "io",
+        "settings",
         targets,
-        plain(disks) or {},
+        disks,
         read_ahead_kb,
         read_ahead_at_least,
         scheduler,
-        plain(scheduler_auto),
+        scheduler_auto,
         nr_requests,
         writeback,
         dirty_expire_centisecs,

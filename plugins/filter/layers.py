@@ -3,7 +3,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """A layer reference -> its role, its journal name and its workloads (documented in layer_role.yml,
-layer_name.yml and layer_workloads.yml).
+layer_name.yml and layer_workloads.yml), and a layer's engine settings by its name (documented in
+layer_settings.yml): its module's ``settings`` (module_utils/layers/<name>.py, gathered by
+module_utils/layers/registry.py).
 
 A layer is a role of this collection (``kernel``), or any role by FQCN or path
 (``my.collection.my_layer``, ``/path/to/roles/my_layer``).
@@ -16,6 +18,8 @@ __metaclass__ = type
 import re
 
 from ansible.errors import AnsibleFilterError
+
+from ansible_collections.stacktune.gpu.plugins.plugin_utils._layers import call_layer
 
 # A bare role name: one of this collection's roles.
 BARE = re.compile(r"^[a-z][a-z0-9_]*\Z")
@@ -53,8 +57,20 @@ def layer_workloads(refs, mapping):
     return out
 
 
+def layer_settings(layer, *arguments, **options):
+    """The engine settings of layer ``layer`` from its module's ``settings`` (its arguments as given)."""
+    if not isinstance(layer, str):
+        raise AnsibleFilterError("layer_settings expects a layer's name, got %r" % (layer,))
+    return call_layer(layer, "settings", *arguments, **options)
+
+
 class FilterModule:
     """stacktune.gpu layer reference filters."""
 
     def filters(self):
-        return {"layer_role": layer_role, "layer_name": layer_name, "layer_workloads": layer_workloads}
+        return {
+            "layer_role": layer_role,
+            "layer_name": layer_name,
+            "layer_workloads": layer_workloads,
+            "layer_settings": layer_settings,
+        }

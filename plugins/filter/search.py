@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """What a layer of one's own does with candidate values after the journal's searches
-(documented in search_settled.yml); it is module_utils/policy/candidates.py's ``settled``."""
+(documented in search_settled.yml); it is module_utils/layers/candidates.py's ``settled``."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -11,7 +11,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.policy import candidates
+from ansible_collections.stacktune.gpu.plugins.module_utils.layers import candidates
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._plain import plain
 
 

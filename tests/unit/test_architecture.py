@@ -31,18 +31,20 @@ MAX_MODULE_LINES = 600
 # graph is now:
 #   0 module_utils/common      stats, process, hostproc: imports nothing of the collection
 #   1 hardware                 common
-#   2 policy                   hardware (the layers' settings read facts and /proc text)
-#   3 engine                   common, hardware, policy
-#   4 workloads                common, hardware, engine (the bench module's runner and lease)
+#   2 layers                   hardware (each layer's settings read facts and /proc text)
+#   3 policy                   layers (the layers' value rules and candidates)
+#   4 engine                   common, hardware, policy
+#   5 workloads                common, hardware, engine (the bench module's runner and lease)
 #     reporting                common, engine
-#   5 gate                     common, workloads (the workload names)
+#   6 gate                     common, workloads (the workload names)
 #     acceptance               common, hardware, engine, reporting
-#     plugin_utils             common, reporting (controller-side helpers of the plugins)
+#     plugin_utils             common, layers, reporting (controller-side helpers of the plugins)
 #     diagnose                 common, hardware, workloads (the step lines, the workload program)
-#   6 the plugins: action, callback, doc_fragments, filter, lookup, modules, test
+#   7 the plugins: action, callback, doc_fragments, filter, lookup, modules, test
 LEVELS = (
     ("common",),
     ("hardware",),
+    ("layers",),
     ("policy",),
     ("engine",),
     ("workloads", "reporting"),

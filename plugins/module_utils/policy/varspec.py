@@ -19,8 +19,8 @@ import re
 
 from collections.abc import Mapping
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.policy.candidates import (
-    SEARCHABLE,
+from ansible_collections.stacktune.gpu.plugins.module_utils.layers import registry
+from ansible_collections.stacktune.gpu.plugins.module_utils.layers.candidates import (
     CandidateError,
     expand_candidates,
     is_candidates,
@@ -48,8 +48,9 @@ TYPE_WORDS = {
 }
 
 # Forms and ranges the argument-spec format cannot carry (ansible-lint's schema allows no
-# extra keys in an option), in one place for the whole collection. Keyed by variable name,
-# or by ``*suffix`` for every variable whose name ends so; an exact name wins. check_vars
+# extra keys in an option): the collection's here, each layer's in its module
+# (layers/<layer>.py RULES, gathered by layers/registry.py) and joined below. Keyed by variable
+# name, or by ``*suffix`` for every variable whose name ends so; an exact name wins. check_vars
 # applies them wherever a role's spec declares the variable.
 RULES = {
     # a role's journal directory follows stacktune_journal_dir unless it is set itself
@@ -75,30 +76,10 @@ RULES = {
     "stacktune_lock_ttl": {"min": 60},
     # the root the layer role's engine works under
     "layer_root": {"absolute": True},
-    # files the engine owns whole or a line of
-    "nccl_conf_path": {"absolute": True},
-    "numa_irq_irqbalance_config": {"absolute": True, "empty_ok": True},
     # Values written into a line of a file that a shell sources or a program reads line by line:
     # every text in them (a string, a list's items, a mapping's keys and values) must stay one
-    # plain value on that line (policy/values.py, the rule the engine's kinds apply too)
-    "numa_irq_irqbalance_args": {"line": "/etc/default/irqbalance, which sh sources"},
-    "numa_irq_cpus_override": {"line": "the layer's tmpfiles.d drop-in"},
-    "nccl_socket_ifname": {"line": "nccl.conf"},
-    "nccl_ib_hca": {"line": "nccl.conf"},
-    "nccl_topo_file": {"line": "nccl.conf"},
-    "nccl_env": {"line": "nccl.conf"},
-    "kernel_sysctl": {"line": "the layer's sysctl.d drop-in"},
-    "kernel_cmdline_args": {"line": "the GRUB drop-in, sourced by grub-mkconfig"},
-    "kernel_aspm_policy": {"line": "the layer's tmpfiles.d drop-in"},
-    "memory_shm_size": {"line": "/etc/fstab"},
-    "memory_memlock": {"line": "the layer's limits.d file"},
-    "memory_thp_enabled": {"line": "the layer's tmpfiles.d drop-in"},
-    "memory_thp_defrag": {"line": "the layer's tmpfiles.d drop-in"},
-    "cpu_governor": {"line": "the layer's tmpfiles.d drop-in"},
-    "cpu_epp": {"line": "the layer's tmpfiles.d drop-in"},
-    "cpu_energy_perf_bias": {"line": "the layer's tmpfiles.d drop-in"},
-    "cpu_platform_profile": {"line": "the layer's tmpfiles.d drop-in"},
-    "io_scheduler": {"line": "the layer's tmpfiles.d drop-in"},
+    # plain value on that line (policy/values.py, the rule the engine's kinds apply too); the
+    # layers' own variables have theirs in their modules
     "driver_nvidia_version": {"line": "the package manager's hold list"},
     "driver_expected_cuda": {"line": "the package manager's hold list"},
     "driver_package_patterns": {"line": "the package manager's hold list"},
@@ -111,6 +92,21 @@ RULES = {
     "stacktune_run_id": {"component": "the reports", "under": "stacktune_report_dir"},
     "inventory_hostname": {"component": "the reports (<host>.json, .md, .png)"},
 }
+
+
+def joined(own, layers):
+    """The collection's rules and the layers' in one mapping; a variable with a rule in both is
+    an error."""
+    twice = sorted(set(own) & set(layers))
+    if twice:
+        raise ValueError("rules declared both here and in a layer's module: %s" % ", ".join(twice))
+    return dict(own, **layers)
+
+
+RULES = joined(RULES, registry.RULES)
+
+# The variables that take one value or candidates of it, and how one value is checked.
+SEARCHABLE = registry.SEARCHABLE
 
 # Names every check_vars call checks by their rule when they are defined, whatever the role:
 # the run id and the host's name, which name the run's report files.
@@ -298,8 +294,9 @@ def _check_one(name, spec, value, errors):
 
 
 def _check_searchable(name, value, errors):
-    """A variable that takes one value or candidates of it (policy/candidates.py): each
-    candidate is checked as the one value is, and the message names the bad one."""
+    """A variable that takes one value or candidates of it (layers/candidates.py; the variables
+    are the layers' SEARCHABLE): each candidate is checked as the one value is, and the message
+    names the bad one."""
     words, check_one = SEARCHABLE[name]
     try:
         if is_candidates(value):

@@ -1,9 +1,12 @@
 # Copyright: stacktune contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""A new layer is its own role folder plus one line (docs/architecture.md, "Where a new piece
-goes"): in a copy of the collection, a dummy layer is added that way, and then validation takes
-it by its short name, the shared plan entry point predicts its one change in check mode (on a
+"""A new layer is its module, its own role folder and one line (docs/architecture.md, "Where a
+new piece goes"): in a copy of the collection, a dummy layer is added that way (its module
+plugins/module_utils/layers/dummy.py with its settings and the rule of its variable, its role
+folder whose settings call the generic filter layer_settings, its name in
+__stacktune_builtin_layers), and then validation takes it by its short name and applies its
+module's rule, the shared plan entry point predicts its one change in check mode (on a
 constructed root: nothing is written), and the layer-role contract tests pass on the copy.
 Before the one line, validation refuses it, naming stacktune_layers."""
 
@@ -20,6 +23,34 @@ import yaml
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 VARS = "roles/stacktune/vars/main.yml"
+MODULE = "plugins/module_utils/layers/dummy.py"
+# The dummy layer's module: its settings (one file) and the rule of its variable, which the
+# registry (module_utils/layers/registry.py) gathers by the file's name.
+MODULE_TEXT = '''# -*- coding: utf-8 -*-
+# Copyright: stacktune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""A dummy layer: one file."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.stacktune.gpu.plugins.module_utils.layers.shared import LayerError
+
+NAME = "dummy"
+
+RULES = {"dummy_path": {"absolute": True}}
+
+SEARCHABLE = {}
+
+
+def settings(path, line="dummy=1"):
+    """The file ``path`` holding ``line``."""
+    if not isinstance(path, str):
+        raise LayerError("dummy_settings expects the file's path, got %r" % (path,))
+    return [{"kind": "file", "key": path, "value": line + "\\n", "mode": "0644", "var": "dummy_path"}]
+'''
 DUMMY = {
     "meta/main.yml": None,  # the memory layer's, renamed
     "meta/argument_specs.yml": {
@@ -32,24 +63,13 @@ DUMMY = {
         }
     },
     "tasks/validate.yml": [
-        {
-            "name": "Check that dummy_path is absolute",
-            "ansible.builtin.assert": {"that": "dummy_path is abs", "fail_msg": "dummy_path must be absolute"},
-        }
+        {"name": "Check the dummy variables against the role's argument spec", "stacktune.gpu.check_vars": None}
     ],
     "tasks/settings.yml": [
         {
             "name": "The dummy layer's one file",
             "ansible.builtin.set_fact": {
-                "__dummy_settings": [
-                    {
-                        "kind": "file",
-                        "key": "{{ dummy_path }}",
-                        "value": "dummy=1\n",
-                        "mode": "0644",
-                        "var": "dummy_path",
-                    }
-                ]
+                "__dummy_settings": "{{ 'dummy' | stacktune.gpu.layer_settings(dummy_path) }}"
             },
         }
     ],
@@ -75,7 +95,7 @@ def tree_hashes(root):
 def copy(tmp_path_factory):
     if not os.path.exists(PLAYBOOK):
         pytest.skip("ansible-playbook is not beside %s" % sys.executable)
-    if not os.path.isdir(os.path.join(REPO, ".git")) or shutil.which("git") is None:
+    if not os.path.exists(os.path.join(REPO, ".git")) or shutil.which("git") is None:
         pytest.skip("not a git checkout: the copy is made of the tracked files")
     top = tmp_path_factory.mktemp("layer_count")
     dest = top / "ansible_collections" / "stacktune" / "gpu"
@@ -110,6 +130,11 @@ def add_dummy_role(dest):
             handle.write("---\n" + yaml.safe_dump(meta if content is None else content, sort_keys=False))
 
 
+def add_dummy_module(dest):
+    with open(os.path.join(str(dest), MODULE), "w") as handle:
+        handle.write(MODULE_TEXT)
+
+
 def add_the_one_line(dest):
     path = os.path.join(str(dest), VARS)
     with open(path) as handle:
@@ -121,7 +146,7 @@ def add_the_one_line(dest):
         handle.write("".join(lines))
 
 
-def plan_dummy(top, work):
+def plan_dummy(top, work, dummy_path="/etc/stacktune-dummy.conf"):
     """Validate as tune.yml does, then plan the dummy layer on a constructed root."""
     root = os.path.join(str(work), "root")
     os.makedirs(os.path.join(root, "etc"), exist_ok=True)
@@ -135,7 +160,7 @@ def plan_dummy(top, work):
             "vars": {
                 "ansible_python_interpreter": "{{ ansible_playbook_python }}",
                 "stacktune_layers": ["dummy"],
-                "dummy_path": "/etc/stacktune-dummy.conf",
+                "dummy_path": dummy_path,
                 "layer_root": root,
                 "stacktune_journal_dir": "/var/lib/stacktune",
             },
@@ -185,6 +210,7 @@ def plan_dummy(top, work):
 def test_a_new_layer_is_its_role_folder_and_one_line(copy, tmp_path):
     top, dest = copy
     before = tree_hashes(str(dest))
+    add_dummy_module(dest)
     add_dummy_role(dest)
 
     refused, _plan, _root = plan_dummy(top, tmp_path / "refused")
@@ -195,7 +221,7 @@ def test_a_new_layer_is_its_role_folder_and_one_line(copy, tmp_path):
     after = tree_hashes(str(dest))
     touched = sorted(rel for rel in set(before) | set(after) if before.get(rel) != after.get(rel))
     outside = [rel for rel in touched if not rel.startswith("roles/dummy/")]
-    assert outside == [VARS], touched
+    assert outside == [MODULE, VARS], touched
 
     run, plan, root = plan_dummy(top, tmp_path / "accepted")
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
@@ -203,6 +229,13 @@ def test_a_new_layer_is_its_role_folder_and_one_line(copy, tmp_path):
     assert [(s["id"], s["status"]) for s in plan["settings"]] == [("file:/etc/stacktune-dummy.conf", "changed")]
     # check mode: nothing written under the constructed root
     assert os.listdir(os.path.join(root, "etc")) == []
+
+    # the rule of the layer's variable is its module's (gathered by the registry)
+    relative, _plan, _root = plan_dummy(top, tmp_path / "relative", dummy_path="etc/stacktune-dummy.conf")
+    assert relative.returncode != 0
+    assert "dummy_path must be an absolute path without '..', got 'etc/stacktune-dummy.conf'" in relative.stdout, (
+        relative.stdout[-3000:]
+    )
 
     # the layer-role contract (tests/unit/roles/test_layer_roles.py) holds for the copy too
     contract = subprocess.run(

@@ -21,7 +21,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.gate.search import (
     replay,
     search_plan,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils.policy.candidates import CandidateError, expand_candidates
+from ansible_collections.stacktune.gpu.plugins.module_utils.layers.candidates import CandidateError, expand_candidates
 
 _spec = importlib.util.spec_from_file_location("search_data", os.path.join(os.path.dirname(__file__), "search_data.py"))
 data = importlib.util.module_from_spec(_spec)

@@ -32,7 +32,7 @@ COMPONENT_ESCAPES = ["../../../escaped-runid", "a/b", "..", ".", "", "run\u2028i
 
 # Text variables whose values land in no line of a file and name no file, and where they go.
 NOT_IN_A_LINE = {
-    "gpu_settings_power_limit_watts": "NVML, as whole watts (it or each of its candidates: policy/candidates.py)",
+    "gpu_settings_power_limit_watts": "NVML, as whole watts (it or each of its candidates: layers/candidates.py)",
     "acceptance_python": "the program the acceptance check runs (an argv)",
     "preflight_nccl_python": "the program the NCCL check runs (an argv)",
     "stacktune_bench_python": "the program measured blocks run (an argv)",

@@ -2,7 +2,7 @@
 # Copyright: stacktune contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""module_utils/policy/layers.py (the layers' settings) and the /proc readers it uses
+"""module_utils/layers/ (the layers' settings) and the /proc readers it uses
 (hardware/parsers.py: parse_meminfo_kib, parse_mount_size_kib), on real /proc text."""
 
 from __future__ import absolute_import, division, print_function
@@ -12,7 +12,7 @@ import base64
 import pytest
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import parsers
-from ansible_collections.stacktune.gpu.plugins.module_utils.policy import layers
+from ansible_collections.stacktune.gpu.plugins.module_utils.layers import kernel, memory, shared
 
 # /proc/meminfo of a 2-socket H200 host (head of the file)
 MEMINFO = """MemTotal:       2113628116 kB
@@ -78,22 +78,22 @@ def test_the_size_of_a_tmpfs_mount():
 
 def test_auto_shm_is_half_of_ram_and_left_alone_when_shm_is_that_big():
     # 2113628116 kB / 2 = 1007.9 GiB: 1008G; /dev/shm holds 1007.9 GiB, below 1008 GiB
-    assert layers.auto_shm_size(MEMINFO, MOUNTS) == ("1008G", True)
-    assert layers.auto_shm_size(MEMINFO, MOUNTS.replace("size=1056814056k", "size=1056964608k")) == ("1008G", False)
-    assert layers.auto_shm_size(MEMINFO, "") == ("1008G", True)
+    assert memory.auto_shm_size(MEMINFO, MOUNTS) == ("1008G", True)
+    assert memory.auto_shm_size(MEMINFO, MOUNTS.replace("size=1056814056k", "size=1056964608k")) == ("1008G", False)
+    assert memory.auto_shm_size(MEMINFO, "") == ("1008G", True)
     with pytest.raises(ValueError, match="MemTotal"):
-        layers.auto_shm_size("MemFree: 1 kB\n", MOUNTS)
+        memory.auto_shm_size("MemFree: 1 kB\n", MOUNTS)
 
 
 def test_memory_settings_from_the_slurped_files():
-    assert layers.memory_settings("auto", proc=slurped()) == [
+    assert memory.memory_settings("auto", proc=slurped()) == [
         {"kind": "mount", "key": "/dev/shm", "option": "size", "value": "1008G", "var": "memory_shm_size"}
     ]
-    assert layers.slurped_text(slurped(), "/proc/mounts") == MOUNTS
-    assert layers.slurped_text(slurped(), "/proc/cpuinfo") == ""
-    assert layers.memory_settings("auto", enabled=False) == []
+    assert shared.slurped_text(slurped(), "/proc/mounts") == MOUNTS
+    assert shared.slurped_text(slurped(), "/proc/cpuinfo") == ""
+    assert memory.memory_settings("auto", enabled=False) == []
 
 
 def test_boot_arguments_go_to_grubby_on_redhat_only():
-    assert layers.boot_arg_kind("RedHat") == "grubby_arg"
-    assert layers.boot_arg_kind("Debian") == layers.boot_arg_kind("") == "kernel_arg"
+    assert kernel.boot_arg_kind("RedHat") == "grubby_arg"
+    assert kernel.boot_arg_kind("Debian") == kernel.boot_arg_kind("") == "kernel_arg"

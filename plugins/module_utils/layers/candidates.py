@@ -5,9 +5,10 @@
 """Candidate values of a setting: a list or a range ``{from, to, step}`` where a variable
 takes one value, each checked as a single value is (gate/search.py searches them).
 
-Standard library only. :data:`SEARCHABLE` names the variables that take candidates and how one
-value of each is checked; a layer's filter puts the first candidate in place and hands the
-gate every candidate's settings (``<layer>_search``).
+Standard library only. Each layer module (``layers/<layer>.py``) names in its ``SEARCHABLE``
+the variables that take candidates and how one value of each is checked (the registry gathers
+them); a layer puts the first candidate in place and hands the gate every candidate's settings
+(``<layer>_search``).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -24,7 +25,8 @@ class CandidateError(ValueError):
     """A candidate list or range is malformed, or one candidate is not a valid value."""
 
 
-def _watts(v):
+def positive_watts(v):
+    """A power limit: a positive whole number of watts (a string of digits is read as one)."""
     if isinstance(v, str) and v.strip().isdigit():
         v = int(v)
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
@@ -32,24 +34,15 @@ def _watts(v):
     return v
 
 
-def _choice(*words):
+def choice(*words):
+    """The check of a value that is one of ``words``."""
+
     def check(v):
         if v not in words:
             raise ValueError("must be one of %s" % ", ".join(words))
         return v
 
     return check
-
-
-# variable -> (what one value is, in words; the check of one value: returns it normalized)
-SEARCHABLE = {
-    "gpu_settings_power_limit_watts": ("a positive whole number of watts", _watts),
-    "memory_thp_enabled": ("always, madvise or never", _choice("always", "madvise", "never")),
-    "memory_thp_defrag": (
-        "always, defer, defer+madvise, madvise or never",
-        _choice("always", "defer", "defer+madvise", "madvise", "never"),
-    ),
-}
 
 
 def is_candidates(raw):
@@ -100,18 +93,13 @@ def expand_candidates(name, raw, check_one=None):
     return out
 
 
-def searchable_candidates(name, raw):
-    """The checked candidates of a searchable variable (:data:`SEARCHABLE`), or None when it
-    holds one value. Raises CandidateError naming the variable and the bad candidate."""
-    if name not in SEARCHABLE or not is_candidates(raw):
+def searchable_candidates(name, raw, searchable):
+    """The checked candidates of a variable of ``searchable`` (a layer's ``SEARCHABLE``: variable
+    -> (words, check of one value)), or None when it holds one value. Raises CandidateError
+    naming the variable and the bad candidate."""
+    if name not in searchable or not is_candidates(raw):
         return None
-    return expand_candidates(name, raw, SEARCHABLE[name][1])
-
-
-def first_value(name, raw):
-    """The value a layer puts in place first: the first candidate, or the one value given."""
-    found = searchable_candidates(name, raw)
-    return found[0] if found else raw
+    return expand_candidates(name, raw, searchable[name][1])
 
 
 def layer_search(variable, candidates, settings_for):
