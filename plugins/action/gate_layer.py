@@ -558,7 +558,7 @@ class ActionModule(ActionBase):
         else:
             # the first candidate on (what the layer applies when the same candidates are given
             # again): the rollback records it as rejected, so the next run neither applies nor
-            # searches them again (policy/candidates.py settled) unless retry_rejected asks
+            # searches them again (layers/candidates.py settled) unless retry_rejected asks
             switch(search["values"][0])
         display.display("    %s: %s" % (self._task.args["layer"], decision["summary"]))
         return decision, {w: {"without": [], "with": []}}

@@ -253,7 +253,7 @@ class Journal(object):
             }
             found = decision.get("search") if decision.get("method") == "search" else None
             if isinstance(found, dict):
-                # what a later run needs to leave a settled search as it is (policy/candidates.py)
+                # what a later run needs to leave a settled search as it is (layers/candidates.py)
                 row["search"] = {
                     "variable": found.get("variable"),
                     "candidates": found.get("candidates")
