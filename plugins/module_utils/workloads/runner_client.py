@@ -27,6 +27,7 @@ import select
 import shutil
 import signal
 import socket
+import stat
 import sys
 import tempfile
 import time
@@ -141,13 +142,17 @@ def sweep_runner_folders(base):
     no socket yet is a runner still starting, for RUNNER_START_TIMEOUT_S: it is left alone."""
     removed = []
     for name in os.listdir(base):
+        if not name.startswith(RUNNER_PREFIX):
+            continue
         path = os.path.join(base, name)
-        if not name.startswith(RUNNER_PREFIX) or os.path.islink(path) or not os.path.isdir(path):
-            continue
-        if os.lstat(path).st_uid != os.geteuid():
-            continue
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            continue  # a runner that stopped between the listing and this look removed its own folder
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+            continue  # a link, a file, or another user's folder
         sock = os.path.join(path, "runner.sock")
-        if not os.path.lexists(sock) and time.time() - os.lstat(path).st_mtime < RUNNER_START_TIMEOUT_S:
+        if not os.path.lexists(sock) and time.time() - info.st_mtime < RUNNER_START_TIMEOUT_S:
             continue  # a runner being started (its socket comes when it is ready): another run's
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
             probe.settimeout(0.5)

@@ -177,6 +177,21 @@ def test_a_killed_runners_folder_is_swept_and_a_live_ones_kept(runner, tmp_path)
     assert os.path.exists(runner["runner_socket"])
 
 
+def test_a_folder_that_goes_while_the_sweep_looks_is_passed_over(tmp_path, monkeypatch):
+    """A runner that stops removes its own folder; when that happens between the sweep's listing
+    and its look at the folder, the sweep passes over it instead of failing the next runner's start
+    (seen in CI: FileNotFoundError from a folder listed a moment before)."""
+    gone = runner_client.RUNNER_PREFIX + "gone"
+    real_listdir = os.listdir
+    monkeypatch.setattr(runner_client.os, "listdir", lambda base: real_listdir(base) + [gone])
+    link = tmp_path / (runner_client.RUNNER_PREFIX + "link")
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    link.symlink_to(target)
+    assert runner_client.sweep_runner_folders(str(tmp_path)) == []
+    assert link.is_symlink() and target.exists()
+
+
 def test_a_runner_imports_what_its_workloads_need_and_says_what_it_took():
     # CPU workloads need nothing beyond the standard library: a runner for them imports no torch
     assert workload_program.runner_preload(["cpu_train_step", "shm_pingpong"]) == []
