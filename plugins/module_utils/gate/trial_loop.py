@@ -612,8 +612,11 @@ class TrialLoop:
         return window
 
     def live_call(self, what, workload, bench, live_window=None, quiet=False):
-        """One request of the live session in the runner (bench ``live``)."""
-        # a live session runs until it is ended (no steps), the user's program as its live command
+        """One request of the live session in the runner (bench ``live``).
+
+        The user's program of a live trial is ``stacktune_bench_live_command``, given to this
+        loop as ``bench.live_command`` and to the bench module as its ``command`` (a live
+        session runs until it is ended, so without ``steps``)."""
         args = self.bench_args(workload, bench, leave_out=("command", "steps"))
         args.update(live=what, runner_socket=self.runner)
         if workload == "command":
