@@ -26,6 +26,9 @@ PLUGINS = os.path.join(REPO, "plugins")
 COLLECTION = "ansible_collections.stacktune.gpu."
 MAX_LINES = 800
 MAX_MODULE_LINES = 600
+# an action plugin is an adapter: the task's options to plain values, modules called through
+# Ansible; its logic lives in module_utils (the gate's loop: gate/trial_loop.py)
+MAX_ACTION_LINES = 250
 # The packages of plugins/ by level, lowest first: a package imports only packages of lower
 # levels (and itself). Each package sits one level above the highest it imports, as the import
 # graph is now:
@@ -36,7 +39,7 @@ MAX_MODULE_LINES = 600
 #   4 engine                   common, hardware, policy
 #   5 workloads                common, hardware, engine (the bench module's runner and lease)
 #     reporting                common, engine
-#   6 gate                     common, workloads (the workload names)
+#   6 gate                     common, workloads (the workload names), reporting (the budget in words)
 #     acceptance               common, hardware, engine, reporting
 #     plugin_utils             common, layers, reporting (controller-side helpers of the plugins)
 #     diagnose                 common, hardware, workloads (the step lines, the workload program)
@@ -209,6 +212,17 @@ def test_no_module_is_over_600_lines(path):
     with open(path) as handle:
         lines = handle.read().count("\n")
     assert lines <= MAX_MODULE_LINES, "%s has %d lines" % (path, lines)
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(python_files(os.path.join(PLUGINS, "action"))),
+    ids=lambda p: os.path.relpath(p, PLUGINS),
+)
+def test_no_action_plugin_is_over_250_lines(path):
+    with open(path) as handle:
+        lines = handle.read().count("\n")
+    assert lines <= MAX_ACTION_LINES, "%s has %d lines" % (path, lines)
 
 
 def test_module_utils_is_in_packages():

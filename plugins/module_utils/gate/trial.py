@@ -493,6 +493,59 @@ class Trial:
         result["flaky"] = True
         return result
 
+    def _drop_futile(self, judged, active, futile, stop_rule, per_arm):
+        """Calibrate, then tune: a workload the budget cannot resolve stops taking blocks (out
+        of ``active``, its reason in ``futile``; the stop rule's numbers in ``stop_rule``)."""
+        per = judged.get("workloads") or {self.workloads[0]: judged}
+        for w in list(active):
+            detail = {}
+            why = futility(per.get(w) or {}, self.policy, self.gate, per_arm, detail)
+            stop_rule[w] = detail
+            if why:
+                futile[w] = why
+                active.remove(w)
+
+    @staticmethod
+    def _stopped_early(result, futile, stop_rule, per_arm):
+        """Say which workloads stopped taking blocks early and why (``futility``), and the stop
+        rule's numbers per workload."""
+        if futile:
+            result["futility"] = futile
+            words = "; ".join("%s on %s" % (why, w) for w, why in sorted(futile.items()))
+            result["reason"] = "%s; stopped early after %d+%d blocks: %s" % (
+                result["reason"],
+                per_arm["on"],
+                per_arm["off"],
+                words,
+            )
+            result["summary"] = "%s; stopped early: %s" % (result["summary"], words)
+        if stop_rule:
+            result["stop_rule"] = stop_rule
+
+    def _explain(self, result):
+        """The budget that would have resolved more, and which dimensions decided."""
+        hint = budget_hint(result, self.policy, self.gate)
+        if hint:
+            result["budget_hint"] = hint["preset"]
+            result["reason"] = "%s; %s" % (result["reason"], hint["words"])
+            result["summary"] = "%s; %s" % (result["summary"], hint["words"])
+        decided, left = settled_words(result)
+        result["decided_by"], result["left_unresolved"] = decided, left
+        if decided or left:
+            result["reason"] = "%s; %s" % (result["reason"], resolution_words(decided, left))
+
+    @staticmethod
+    def _cost(result, cost):
+        """Where the blocks' time went, and the measured share in the summary."""
+        result["cost"] = block_cost(cost)
+        share = result["cost"]["total"].get("measured_share")
+        if share is not None:
+            result["summary"] = "%s; steps were %d%% of the blocks' %.0f s" % (
+                result["summary"],
+                round(share * 100.0),
+                result["cost"]["total"]["wall_s"],
+            )
+
     def run(self):
         data = {w: {"on": {"blocks": [], "at": []}, "off": {"blocks": [], "at": []}} for w in self.workloads}
         tps = {w: {"on": [], "off": []} for w in self.workloads}
@@ -569,50 +622,16 @@ class Trial:
                     data[w][arm]["throughput"] = list(vals) if given else None
             judged = self._judge(data, final=last)
             if self.stop_early and not (judged["resolved"] or last):
-                # calibrate, then tune: a workload the budget cannot resolve stops taking blocks
-                per = judged.get("workloads") or {self.workloads[0]: judged}
-                for w in list(active):
-                    detail = {}
-                    why = futility(per.get(w) or {}, self.policy, self.gate, per_arm["on"], detail)
-                    stop_rule[w] = detail
-                    if why:
-                        futile[w] = why
-                        active.remove(w)
+                self._drop_futile(judged, active, futile, stop_rule, per_arm["on"])
                 if not active:
                     judged = self._judge(data, final=True)
                     last = True
             if judged["resolved"] or last:
                 result = self._flaky(judged, fails, runs)
-        if futile:
-            result["futility"] = futile
-            words = "; ".join("%s on %s" % (why, w) for w, why in sorted(futile.items()))
-            result["reason"] = "%s; stopped early after %d+%d blocks: %s" % (
-                result["reason"],
-                per_arm["on"],
-                per_arm["off"],
-                words,
-            )
-            result["summary"] = "%s; stopped early: %s" % (result["summary"], words)
-        if stop_rule:
-            result["stop_rule"] = stop_rule
-        hint = budget_hint(result, self.policy, self.gate)
-        if hint:
-            result["budget_hint"] = hint["preset"]
-            result["reason"] = "%s; %s" % (result["reason"], hint["words"])
-            result["summary"] = "%s; %s" % (result["summary"], hint["words"])
-        decided, left = settled_words(result)
-        result["decided_by"], result["left_unresolved"] = decided, left
-        if decided or left:
-            result["reason"] = "%s; %s" % (result["reason"], resolution_words(decided, left))
+        self._stopped_early(result, futile, stop_rule, per_arm)
+        self._explain(result)
         self.data = data
-        result["cost"] = block_cost(cost)
-        share = result["cost"]["total"].get("measured_share")
-        if share is not None:
-            result["summary"] = "%s; steps were %d%% of the blocks' %.0f s" % (
-                result["summary"],
-                round(share * 100.0),
-                result["cost"]["total"]["wall_s"],
-            )
+        self._cost(result, cost)
         if any(fails[w]["on"] or fails[w]["off"] for w in self.workloads):
             result["failures"] = fails
         result.update(
