@@ -27,7 +27,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.diagnose import snap
 from ansible_collections.stacktune.gpu.plugins.module_utils.diagnose.advice import what_moves
 from ansible_collections.stacktune.gpu.plugins.module_utils.diagnose.profile import derive
 from ansible_collections.stacktune.gpu.plugins.module_utils.diagnose.verdict import decide
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.live import LiveOutputError, parse_step
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.live import LiveOutputError, parse_step
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.source import program_source
 
 GRACE_S = 5.0
