@@ -16,10 +16,11 @@ SHOW = (
 def test_a_program_started_in_session_leads_its_own_session_with_no_input(tmp_path):
     proc = process.start_in_session([sys.executable, "-c", SHOW], cwd=str(tmp_path))
     out, err = proc.communicate(timeout=30)
-    sid, pgid, ppid = (int(word) for word in out.decode().split("\n")[0].split())
+    lines = out.decode().splitlines()
+    sid, pgid, ppid = (int(word) for word in lines[0].split())
     assert sid == pgid == proc.pid != os.getsid(0)
     assert ppid == os.getpid()
-    assert out.decode().split("\n")[1:3] == ["''", "None"]
+    assert lines[1:3] == ["''", "None"]
     assert err == b"err" and proc.returncode == 0
 
 
