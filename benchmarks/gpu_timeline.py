@@ -43,60 +43,15 @@ import time
 import contextlib
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-HOST_FILES = {
-    "stat": "/proc/stat",
-    "loadavg": "/proc/loadavg",
-    "vmstat": "/proc/vmstat",
-    "diskstats": "/proc/diskstats",
-    "net_dev": "/proc/net/dev",
-    "pressure_cpu": "/proc/pressure/cpu",
-    "pressure_io": "/proc/pressure/io",
-    "pressure_memory": "/proc/pressure/memory",
-}
+sys.path.insert(0, os.path.join(REPO, "collections"))
+
+# The raw snapshot (host /proc text, the program's process tree, NVML readings) is the one
+# diagnose takes, so a recording replays through diagnose's arithmetic as it is.
+from ansible_collections.stacktune.gpu.plugins.module_utils.diagnose import snapshot  # noqa: E402
 
 
-def read(path):
-    try:
-        with open(path) as handle:
-            return handle.read()
-    except OSError:
-        return None
-
-
-def tree_of(root):
-    """pid -> {stat, status} of ``root`` and every descendant."""
-    parents = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        text = read("/proc/%s/stat" % name)
-        if not text:
-            continue
-        rest = text[text.rfind(")") + 2 :].split()
-        parents[int(name)] = (int(rest[1]), text)
-    keep, frontier = {}, [root]
-    while frontier:
-        pid = frontier.pop()
-        if pid in keep or pid not in parents:
-            continue
-        keep[pid] = {"stat": parents[pid][1], "status": read("/proc/%d/status" % pid)}
-        frontier.extend(child for child, (ppid, _t) in parents.items() if ppid == pid)
-    return {str(pid): doc for pid, doc in keep.items()}
-
-
-class Nvml:
-    def __init__(self):
-        import pynvml  # noqa: PLC0415 - the GPU host's library
-
-        self.n = pynvml
-        pynvml.nvmlInit()
-        self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-
-    def _try(self, fn, *args):
-        try:
-            return fn(*args)
-        except self.n.NVMLError as exc:
-            return {"nvml_error": str(exc)}
+class Nvml(snapshot.Nvml):
+    """diagnose's NVML readings, and the energy counter and power draw of every GPU."""
 
     def energy(self):
         return (
@@ -104,35 +59,8 @@ class Nvml:
             [self.n.nvmlDeviceGetPowerUsage(h) for h in self.handles],
         )
 
-    def sample(self):
-        n, out = self.n, []
-        for i, h in enumerate(self.handles):
-            util = self._try(n.nvmlDeviceGetUtilizationRates, h)
-            mem = self._try(n.nvmlDeviceGetMemoryInfo, h)
-            out.append(
-                {
-                    "index": i,
-                    "util_gpu": getattr(util, "gpu", None),
-                    "util_mem": getattr(util, "memory", None),
-                    "power_mw": self._try(n.nvmlDeviceGetPowerUsage, h),
-                    "power_limit_mw": self._try(n.nvmlDeviceGetEnforcedPowerLimit, h),
-                    "sm_clock_mhz": self._try(n.nvmlDeviceGetClockInfo, h, n.NVML_CLOCK_SM),
-                    "mem_clock_mhz": self._try(n.nvmlDeviceGetClockInfo, h, n.NVML_CLOCK_MEM),
-                    "sm_clock_max_mhz": self._try(n.nvmlDeviceGetMaxClockInfo, h, n.NVML_CLOCK_SM),
-                    "clock_event_reasons": self._try(n.nvmlDeviceGetCurrentClocksEventReasons, h),
-                    "pcie_tx_kbs": self._try(n.nvmlDeviceGetPcieThroughput, h, n.NVML_PCIE_UTIL_TX_BYTES),
-                    "pcie_rx_kbs": self._try(n.nvmlDeviceGetPcieThroughput, h, n.NVML_PCIE_UTIL_RX_BYTES),
-                    "mem_used_b": getattr(mem, "used", None),
-                    "mem_total_b": getattr(mem, "total", None),
-                    "temp_c": self._try(n.nvmlDeviceGetTemperature, h, n.NVML_TEMPERATURE_GPU),
-                    "energy_mj": self._try(n.nvmlDeviceGetTotalEnergyConsumption, h),
-                }
-            )
-        return out
-
 
 def builtin_command(python, workload, seconds):
-    sys.path.insert(0, os.path.join(REPO, "collections"))
     from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.source import write_program  # noqa: PLC0415
 
     folder = tempfile.mkdtemp(prefix="stacktune-timeline-")
@@ -186,13 +114,7 @@ class Recorder:
     def _sample(self):
         while not self.done.is_set():
             if self.sampling:
-                t = self.now()
-                doc = {"t": round(t, 4), "host": {k: read(p) for k, p in HOST_FILES.items()}}
-                doc["tree"] = tree_of(self.proc.pid)
-                if self.nvml is not None:
-                    doc["gpus"] = self.nvml.sample()
-                doc["cost_s"] = round(self.now() - t, 5)
-                self.samples.append(doc)
+                self.samples.append(snapshot.take(self.proc.pid, self.now(), self.nvml))
             time.sleep(self.sample_period)
 
     def stop(self):
@@ -278,11 +200,9 @@ def main(argv=None):
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     arms = [a.split("=", 1) for a in args.arm]
-    try:
-        nvml = Nvml()
-    except Exception as exc:  # noqa: BLE001 - a host without NVML records no GPU readings
-        print("no NVML: %s" % exc, file=sys.stderr)
-        nvml = None
+    nvml = Nvml.open()
+    if nvml is None:  # a host without NVML records no GPU readings
+        print("no NVML: %s" % Nvml.why_not, file=sys.stderr)
     if args.command:
         argv_ = shlex.split(args.command)
     else:
@@ -340,15 +260,7 @@ def main(argv=None):
         "host": platform.node(),
         "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "program": args.command or "built-in %s (live)" % args.workload,
-        "ncpu": os.cpu_count(),
-        "clk_tck": os.sysconf("SC_CLK_TCK"),
-        "nodes": {
-            name[4:]: read("/sys/devices/system/node/%s/cpulist" % name).strip()
-            for name in sorted(os.listdir("/sys/devices/system/node"))
-            if name.startswith("node")
-        }
-        if os.path.isdir("/sys/devices/system/node")
-        else {},
+        **snapshot.host_meta(),  # ncpu, clk_tck, the NUMA nodes' cpulists
         "first_step_s": round(first, 4),
         "warmup_s": args.warmup_s,
         "steps": rec.steps,

@@ -165,7 +165,7 @@ diagnosis:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.diagnose.run import DiagnoseError, check_options, diagnose
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.registry import LIVE_WORKLOADS
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.registry import LIVE_WORKLOADS
 
 
 def main():

@@ -1,6 +1,6 @@
 """Where a long-running train_step process's GPU memory goes (the live trial's workload).
 
-Runs the train_step body of ``workloads/gpu.py`` (4 pre-norm transformer layers, width 1024,
+Runs the train_step body of ``workloads/host/gpu.py`` (4 pre-norm transformer layers, width 1024,
 bf16 autocast, AdamW) for ``--steps`` steps in one process, twice: keeping every step's
 detached loss (as a block does, to check the first and the last) and keeping only the first
 and the last. Prints the allocated and reserved GPU memory every ``--every`` steps and the

@@ -5,7 +5,7 @@
 """Where a block's start-up goes in a child forked from a warm parent, per parent preload.
 
 GPU host probe (needs PyTorch with CUDA): the parent imports torch (variant A) or torch and
-the modules of ``workloads/registry.py RUNNER_PRELOAD`` (variant B), then forks three children per
+the modules of ``workloads/host/registry.py RUNNER_PRELOAD`` (variant B), then forks three children per
 workload, as the block runner does; each child runs one block of the real workload program
 and prints the seconds to a ready CUDA context, of set-up (model, optimiser, buffers), of the
 first step, of the rest of the warm-up and of the measured steps.
@@ -19,9 +19,9 @@ import os
 import sys
 import time
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import gpu as W_gpu
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import program as W_program
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import registry as W_registry
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host import gpu as W_gpu
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host import program as W_program
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host import registry as W_registry
 
 STEPS = {"train_step": 300, "gemm": 400, "dataloader": 80, "h2d_pinned": 100}
 PHASES = (

@@ -8,7 +8,9 @@
   its documentation, its argument spec and a call into module_utils;
 - the programs stacktune runs on a host are .py files: the acceptance program, and the
   workload program's parts, each of which needs only the standard library and the parts
-  before it.
+  before it; the files of such programs live in a ``host/`` folder of module_utils, and
+  every file there keeps that import rule (torch and pynvml only inside functions); the
+  NCCL check's program string imports the standard library and torch only.
 """
 
 import ast
@@ -17,8 +19,9 @@ import sys
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.acceptance import program as acceptance_program
+from ansible_collections.stacktune.gpu.plugins.module_utils.acceptance.host import program as acceptance_program
 from ansible_collections.stacktune.gpu.plugins.module_utils.acceptance import runner
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import nccl_transport
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import source
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -292,3 +295,84 @@ def test_write_program_writes_the_assembled_program(tmp_path):
     assert path == str(tmp_path / "stacktune_workload.py")
     with open(path) as handle:
         assert handle.read() == source.program_source()
+
+
+# Where the programs that run on the host keep their files, and what they may import besides
+# the standard library: torch and NVML's bindings, inside the functions that need a GPU.
+HOST_FOLDER = "host"
+HOST_ONLY = {"torch", "pynvml"}
+
+
+def host_files():
+    top = os.path.join(PLUGINS, "module_utils")
+    return sorted(
+        path
+        for path in python_files(top)
+        if os.path.basename(os.path.dirname(path)) == HOST_FOLDER and not path.endswith("__init__.py")
+    )
+
+
+def host_import_faults(tree, name, earlier):
+    """The imports of a host program's file (or text) that break its rule: at module level the
+    standard library, ``__future__`` and the collection modules in ``earlier`` (the parts the
+    assembly joins before it, whose import block it leaves out); inside functions the standard
+    library, torch and pynvml."""
+    faults = []
+    top = set(map(id, tree.body))
+    for node in ast.walk(tree):
+        allowed = sys.stdlib_module_names | ({"__future__"} if id(node) in top else HOST_ONLY)
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            modules = [node.module or ""]
+            if node.level:
+                faults.append((name, node.lineno, "relative import"))
+                continue
+        else:
+            continue
+        for module in modules:
+            if module.startswith(COLLECTION):
+                if id(node) not in top or module not in earlier:
+                    faults.append((name, node.lineno, module))
+            elif module.split(".")[0] not in allowed:
+                faults.append((name, node.lineno, module))
+    return faults
+
+
+def test_the_host_folders_hold_the_host_programs():
+    names = {module_name(path) for path in host_files()}
+    acceptance = acceptance_program.__name__
+    parts = {part.__name__ for part in source.PARTS}
+    assert acceptance in names
+    # every file of a host folder is the acceptance program or a part of the workload
+    # program; the parts outside one (hostproc, constants) are shared with the collection
+    assert names - {acceptance} <= parts
+    assert {name for name in parts if ".%s." % HOST_FOLDER not in name} == {
+        COLLECTION + "plugins.module_utils.common.hostproc",
+        COLLECTION + "plugins.module_utils.hardware.constants",
+    }
+
+
+@pytest.mark.parametrize("path", host_files(), ids=lambda p: os.path.relpath(p, PLUGINS))
+def test_a_host_program_file_imports_the_standard_library_and_earlier_parts_only(path):
+    name = module_name(path)
+    names = [part.__name__ for part in source.PARTS]
+    earlier = set(names[: names.index(name)]) if name in names else set()
+    assert host_import_faults(parsed(path), name, earlier) == []
+
+
+def test_the_nccl_program_string_imports_the_standard_library_and_torch_only():
+    tree = ast.parse(nccl_transport.PROGRAM)
+    faults = [f for f in host_import_faults(tree, "nccl", set()) if f[2].split(".")[0] not in HOST_ONLY]
+    assert faults == []
+
+
+def test_host_import_faults_are_found():
+    text = (
+        "import os\nimport torch\nfrom ansible_collections.stacktune.gpu.plugins.module_utils.common import process\n"
+        "from . import near\n\ndef f():\n    import torch\n    import yaml\n"
+    )
+    faults = host_import_faults(ast.parse(text), "t", set())
+    assert [line for _n, line, _m in faults] == [2, 3, 4, 8]
+    earlier = {COLLECTION + "plugins.module_utils.common"}
+    assert [line for _n, line, _m in host_import_faults(ast.parse(text), "t", earlier)] == [2, 4, 8]

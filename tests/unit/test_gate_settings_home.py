@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate import settings as _gate
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import registry as _workloads
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host import registry as _workloads
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 ROLE = os.path.join(REPO, "roles", "stacktune")

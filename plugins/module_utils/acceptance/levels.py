@@ -4,7 +4,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Acceptance of a new GPU node: the torch program it runs and the decision over its results.
 
-The program (``acceptance/program.py``) runs in a separate interpreter that has PyTorch; the
+The program (``acceptance/host/program.py``) runs in a separate interpreter that has PyTorch; the
 rest of this package only needs the stdlib. For every selected GPU and every round it does the four-step check:
 ``torch.zeros(1).cuda().cpu().item() == 0``; a tiny seeded model forward with
 deterministic algorithms; a backward; SHA-256 of the output and gradient bytes. Then per

@@ -2,7 +2,7 @@
 # Copyright: stacktune contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Running the acceptance program (``acceptance/program.py``) on the host and deciding over
+"""Running the acceptance program (``acceptance/host/program.py``) on the host and deciding over
 what it reported.
 """
 
@@ -19,7 +19,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.common.process impor
     private_program,
     run_process,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils.acceptance import program
+from ansible_collections.stacktune.gpu.plugins.module_utils.acceptance.host import program
 from ansible_collections.stacktune.gpu.plugins.module_utils.acceptance.levels import (
     VERDICT_EXIT_CODES,
     evaluate,
@@ -53,7 +53,7 @@ def program_env(overrides=None, base=None):
 
 
 def run_program(python, config, env, timeout, tick=None):
-    """Run the acceptance program (``acceptance/program.py``) with ``python`` in a private
+    """Run the acceptance program (``acceptance/host/program.py``) with ``python`` in a private
     temporary folder (mode 0700; program and config files mode 0600; argv list, no shell).
     Returns rc, stdout, stderr, report (the parsed JSON report or None) and timed_out. The folder is removed afterwards.
     ``tick`` is called while it runs (renewing the run's lease; see run_process)."""

@@ -6,8 +6,9 @@
 process group, a timeout that kills every process it started, and a parent-death signal.
 
 Every program stacktune runs on a host (the workloads, acceptance, the NCCL transport check)
-runs from :func:`private_program` through :func:`run_process`; the block runner is started
-with :func:`start_detached`. The programs themselves do not import this file.
+runs from :func:`private_program` through :func:`run_process`; a program read while it runs
+(the one ``diagnose`` watches) is started with :func:`start_in_session`, the block runner with
+:func:`start_detached`. The programs themselves do not import this file.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -45,6 +46,25 @@ def private_program(source, prefix, name="program.py"):
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def start_in_session(argv, env=None, cwd=None):
+    """Start argv (no shell) in its own session and process group: no standard input, its
+    output and errors on pipes, dying with its parent (``die_with_parent``). Returns the Popen
+    object; start failures raise OSError. ``env`` None: the caller's environment."""
+    prctl = libc_prctl()
+    parent = os.getpid()
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+        close_fds=True,
+        preexec_fn=lambda: die_with_parent(prctl, parent),  # noqa: PLW1509 - no lock is taken in it
+    )
+
+
 def run_process(argv, env, timeout, cpus=None, cwd=None, tick=None, tick_every=30.0):
     """Run argv (no shell) in its own session; return (rc, stdout, stderr, timed_out).
 
@@ -56,23 +76,11 @@ def run_process(argv, env, timeout, cpus=None, cwd=None, tick=None, tick_every=3
     propagates. Start failures raise OSError.
     """
     saved = None
-    prctl = libc_prctl()
-    parent = os.getpid()
     try:
         if cpus:
             saved = os.sched_getaffinity(0)
             os.sched_setaffinity(0, cpus)
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            cwd=cwd,
-            start_new_session=True,
-            close_fds=True,
-            preexec_fn=lambda: die_with_parent(prctl, parent),  # noqa: PLW1509 - no lock is taken in it
-        )
+        proc = start_in_session(argv, env=env, cwd=cwd)
     finally:
         if saved is not None:
             os.sched_setaffinity(0, saved)

@@ -12,7 +12,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.diagnose.advice import MOVES
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.registry import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.registry import (
     GPU_WORKLOADS,
     LIVE_WORKLOADS,
     MIN_GPUS,

@@ -21,13 +21,12 @@ import subprocess
 import threading
 import time
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.common.hostproc import die_with_parent, libc_prctl
-from ansible_collections.stacktune.gpu.plugins.module_utils.common.process import private_program
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.process import private_program, start_in_session
 from ansible_collections.stacktune.gpu.plugins.module_utils.diagnose import snapshot
 from ansible_collections.stacktune.gpu.plugins.module_utils.diagnose.advice import what_moves
 from ansible_collections.stacktune.gpu.plugins.module_utils.diagnose.profile import derive
 from ansible_collections.stacktune.gpu.plugins.module_utils.diagnose.verdict import decide
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.live import LiveOutputError, parse_step
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.live import LiveOutputError, parse_step
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.source import program_source
 
 GRACE_S = 5.0
@@ -55,17 +54,7 @@ class Program:
         self.err = []
         self.broken = None
         self.cond = threading.Condition()
-        prctl, parent = libc_prctl(), os.getpid()
-        self.proc = subprocess.Popen(  # noqa: S603 - the operator's program, an argv without a shell
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=cwd,
-            start_new_session=True,
-            close_fds=True,
-            preexec_fn=lambda: die_with_parent(prctl, parent),  # noqa: PLW1509 - no lock is taken in it
-        )
+        self.proc = start_in_session(argv, cwd=cwd)
         self.threads = [
             threading.Thread(target=self._read, daemon=True),
             threading.Thread(target=self._errors, daemon=True),

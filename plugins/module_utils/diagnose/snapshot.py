@@ -7,7 +7,7 @@
 A snapshot is ``{"t", "cost_s", "host": {name: /proc text or None}, "tree": {pid: {"stat",
 "status"}}, "gpus": [NVML readings]}`` (``gpus`` only where NVML answers). The figures are
 derived from consecutive snapshots in ``profile.py``, so snapshots recorded on another host
-(benchmarks/gpu_timeline.py writes the same shape) replay through the same arithmetic.
+(benchmarks/gpu_timeline.py records them with :func:`take`) replay through the same arithmetic.
 """
 
 from __future__ import absolute_import, division, print_function

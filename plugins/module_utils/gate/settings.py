@@ -26,7 +26,7 @@ from collections import namedtuple
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.verdicts import (
     check_unit_interval,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.registry import CPU_WORKLOADS, GPU_WORKLOADS
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.registry import CPU_WORKLOADS, GPU_WORKLOADS
 
 
 DIMENSIONS = ("throughput", "p50", "tail", "stalls")

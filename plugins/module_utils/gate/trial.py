@@ -12,7 +12,7 @@ __metaclass__ = type
 
 import math
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.registry import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.registry import (
     CPU_WORKLOADS,
     DATA_DIR_WORKLOADS,
     GPU_WORKLOADS,

@@ -18,7 +18,7 @@ import signal
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.common.stats import summarize
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.constants import SLOWDOWN_REASONS
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.registry import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.registry import (
     CPU_WORKLOADS,
     DATA_DIR_WORKLOADS,
     GPU_WORKLOADS,

@@ -23,7 +23,7 @@ import time
 from ansible_collections.stacktune.gpu.plugins.module_utils.common import process
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import HostLocked, lease_ticker
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import LeaseRenewalFailed
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import DEFAULT_STEPS_OTHER, Monitor
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.base import DEFAULT_STEPS_OTHER, Monitor
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.bench import (
     COMMAND_FORMAT,
     BenchFailure,

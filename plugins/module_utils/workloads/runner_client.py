@@ -4,7 +4,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The block runner's client side: requests over its unix socket, live sessions among them.
 
-The runner (``workloads/program.py``) serves one request at a time on a private socket. A
+The runner (``workloads/host/program.py``) serves one request at a time on a private socket. A
 request is one JSON line and its answer one JSON line. A long request (a block, a live
 window, a live start) is waited on with the run's lease checked every ``tick_s``: when the
 run no longer holds the host the connection is closed, and the runner gives the request up
@@ -41,7 +41,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.bench impo
     program_args,
     tail,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.program import runner_preload
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.program import runner_preload
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.source import PROGRAM_NAME, program_source
 
 RUNNER_START_TIMEOUT_S = 180

@@ -4,7 +4,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The workload program as the host runs it: one file assembled from its parts.
 
-The parts are module_utils files, so linters and tests read them like any other Python;
+The parts are module_utils files (the workload's own in ``workloads/host/``, the folder of the
+code that runs on the host), so linters and tests read them like any other Python;
 the host gets one self-contained program of the standard library (and torch, imported where
 a GPU workload needs it). Each part's statements are kept in order; what only the collection
 needs is left out: the module docstring, the ``__future__`` import and ``__metaclass__`` (the
@@ -22,7 +23,7 @@ import os
 from ansible_collections.stacktune.gpu.plugins.module_utils.common import hostproc
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import constants
 from ansible_collections.stacktune.gpu.plugins.module_utils.common.process import module_source
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host import (
     base,
     cpu,
     files,
@@ -74,9 +75,7 @@ def part_text(source):
 
 def program_source(parts=PARTS):
     """The text of the workload program, as the bench module writes it for the host."""
-    names = ", ".join(
-        part.__name__.rsplit(".", 2)[-2] + "/" + part.__name__.rsplit(".", 1)[-1] + ".py" for part in parts
-    )
+    names = ", ".join(part.__name__.split(".module_utils.", 1)[1].replace(".", "/") + ".py" for part in parts)
     texts = [HEADER % names] + [part_text(module_source(part)) for part in parts]
     return "\n\n".join(texts)
 

@@ -18,14 +18,14 @@ import time
 import pytest
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.common import hostproc
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import files
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host import files
 from ansible_collections.stacktune.gpu.plugins.module_utils.common import process
 from ansible_collections.stacktune.gpu.plugins.modules import bench
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import runner_client
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.bench import BenchFailure
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.measure import measure
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.source import program_source
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import program as workload_program
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host import program as workload_program
 
 
 def params(**extra):

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.diagnose import run
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.registry import LIVE_WORKLOADS
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.registry import LIVE_WORKLOADS
 
 NAMES = {
     "command": "stacktune_bench_live_command",

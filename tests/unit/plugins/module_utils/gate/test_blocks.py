@@ -16,7 +16,7 @@ import random
 import pytest
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate import calibration
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import registry as _workloads
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host import registry as _workloads
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.blocks import arm_effect, judge_blocks
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import (
     BUDGET,

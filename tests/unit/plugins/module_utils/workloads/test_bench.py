@@ -23,8 +23,8 @@ import pytest
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import bench as _bench
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import constants
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import base as workloads_base
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import registry
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host import base as workloads_base
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host import registry
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.source import write_program
 
 BARE_PYTHON = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable

@@ -2,7 +2,7 @@
 # Copyright: stacktune contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The file_dataloader workload (workloads/files.py), run for real on temporary directories:
+"""The file_dataloader workload (workloads/host/files.py), run for real on temporary directories:
 its results, that it leaves nothing behind (also after a SIGKILL of its process group, at the
 next start), that it refuses what it cannot use before it writes anything, and that it never
 touches a file it did not create."""
@@ -20,8 +20,8 @@ import time
 
 import pytest
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import files
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import WorkloadError
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host import files
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.base import WorkloadError
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.source import write_program
 
 SMALL = {"size": 8, "workers": 2, "steps": 30, "warmup": 3, "files": 48}

@@ -12,7 +12,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal impor
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context, SpecError
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.units import KINDS
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import runner_client
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.live import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.live import (
     EnergyMeter,
     LiveOutputError,
     parse_step,

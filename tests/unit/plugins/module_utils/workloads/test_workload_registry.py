@@ -1,4 +1,4 @@
-"""One registry of the built-in workloads (plugins/module_utils/workloads/registry.py): a row per
+"""One registry of the built-in workloads (plugins/module_utils/workloads/host/registry.py): a row per
 workload in the part that defines its function, every other name derived from the rows, and the
 lists that are text (the bench module's DOCUMENTATION, the stacktune role's argument spec and
 vars, docs/bench.md) tied to it here.
@@ -17,7 +17,8 @@ import sys
 import pytest
 import yaml
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import base, program, registry, source
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import source
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host import base, program, registry
 
 REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", ".."))
 BENCH = os.path.join("plugins", "modules", "bench.py")
@@ -51,7 +52,8 @@ def _differ(where, got, want):
     out = []
     if missing:
         out.append(
-            "%s: missing workload(s) %s of the registry (plugins/module_utils/workloads/registry.py)" % (where, missing)
+            "%s: missing workload(s) %s of the registry (plugins/module_utils/workloads/host/registry.py)"
+            % (where, missing)
         )
     if extra:
         out.append("%s: workload(s) %s that the registry does not know" % (where, extra))
@@ -244,7 +246,7 @@ def wl_dummy(p):
     conditions = monitor.result()
     return {"samples_ms": samples, "work_per_step": float(p["size"]), "work_unit": "samples", "conditions": conditions}
 '''
-CPU_PART = os.path.join("plugins", "module_utils", "workloads", "cpu.py")
+CPU_PART = os.path.join("plugins", "module_utils", "workloads", "host", "cpu.py")
 ADD_DUMMY = (
     (CPU_PART, "\n\n# The CPU workloads, one row each", DUMMY_FUNC + "\n\n# The CPU workloads, one row each"),
     (
@@ -282,7 +284,8 @@ CHECK_COPY = r"""
 import importlib.util, json, os, subprocess, sys
 root, copy, repo, checks, out = sys.argv[1:6]
 sys.path[:0] = [root]
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import bench, program, registry, source
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads import bench, source
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host import program, registry
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate import settings, trial
 assert registry.__file__.startswith(copy), registry.__file__
 spec = importlib.util.spec_from_file_location("workload_checks", checks)

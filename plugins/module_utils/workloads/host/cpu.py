@@ -18,7 +18,7 @@ import time
 import zlib
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.common.hostproc import die_with_parent
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.base import (
     CPU,
     Monitor,
     Workload,

@@ -23,13 +23,13 @@ import time
 import traceback
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.common.hostproc import controller_gone, die_with_parent
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.base import (
     LIVE,
     LIVE_STEPS,
     WorkloadError,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.live import LiveSession
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.registry import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.live import LiveSession
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.registry import (
     DEFAULT_SIZE,
     DEFAULT_STEPS,
     GPU_WORKLOADS,

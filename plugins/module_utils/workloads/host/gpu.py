@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.base import (
     GPU,
     Monitor,
     Workload,

@@ -42,7 +42,7 @@ import time
 import zlib
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.common.hostproc import die_with_parent
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import (
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.base import (
     CPU,
     Monitor,
     Workload,
@@ -50,7 +50,11 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base impor
     ms_since,
     timed_loop,
 )
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.cpu import mp_context, stop_workers, wait_ready
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.cpu import (
+    mp_context,
+    stop_workers,
+    wait_ready,
+)
 
 
 # ---------------------------------------------------------------------------------------

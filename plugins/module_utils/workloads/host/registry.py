@@ -22,10 +22,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.base import CPU, GPU
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.cpu import CPU_TABLE
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.files import FILE_TABLE
-from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.gpu import GPU_TABLE
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.base import CPU, GPU
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.cpu import CPU_TABLE
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.files import FILE_TABLE
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.gpu import GPU_TABLE
 
 
 # The parts' tables, in the order the workloads are listed (GPU ones first).
