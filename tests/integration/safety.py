@@ -67,9 +67,13 @@ SIGNAL_CASES = {
     "safety-s4": [("SIGKILL", "with", True), ("SIGKILL", "without", True)],
 }
 # Each block marks which arm it runs in, and lasts long enough to be interrupted.
+# A block says which side it measures (a marker file), and the block of the side the driver named
+# in HOLD stays until the driver's signal ends the run (at most 2 minutes): the signal always
+# arrives during that block, however long the driver's own look at the host takes under load.
+HOLD = "/run/stacktune-test-hold"
 MARKED = (
-    "if [ -e /etc/nccl.conf ]; then touch /run/stacktune-block-with; "
-    "else touch /run/stacktune-block-without; fi; sleep 3; "
+    "if [ -e /etc/nccl.conf ]; then b=with; else b=without; fi; touch /run/stacktune-block-$b; "
+    'if [ "$(cat %s 2>/dev/null)" = "$b" ]; then for i in $(seq 600); do sleep 0.2; done; else sleep 3; fi; ' % HOLD
 )
 MARKERS = {
     "with": "/run/stacktune-block-with",
@@ -1065,6 +1069,7 @@ class Driver(object):
     def signal_case(self, host, signame, where, group, n, pre):
         marker = MARKERS[where]
         self.sh(host, "rm -f %s" % " ".join(MARKERS.values()))
+        self.sh(host, "echo %s > %s" % (where, HOLD) if where in ("with", "without") else "rm -f %s" % HOLD)
         name = "sig-%s-%d" % (host, n)
         common = dict(GATED, stacktune_layers=["nccl"], stacktune_bench_command=["sh", "-c", MARKED + STEADY])
         env = self.hook_env({host: {"STACKTUNE_TEST_PAUSE_AT": "mid_suspend@nccl"}}) if where == "switch" else None
@@ -1082,6 +1087,7 @@ class Driver(object):
         else:
             run["proc"].send_signal(sig)
         run = self.finish(run, timeout=300)
+        self.sh(host, "rm -f %s" % HOLD)
         label = "%s: %s during %s" % (host, signame, where)
         # the workers of a killed controller outlive it: wait until every process of the run is gone
         deadline = time.time() + 120

@@ -36,9 +36,10 @@ def ended_by_watchdog(root, run_id="run-a"):
     """run_id took the host, then its lease ran out and the host's watchdog released it."""
     lock = RunLock(str(root))
     lock.take(run_id, "alice@ctl", 600, entry="tune")
-    raw = dict(lock.holder(), expires_ts=time.time() - 1)
+    # the clocks are not ours to move: the lease is written as expired on both the boot clock
+    # (what the lock judges by in the boot it was taken in) and wall time (across a reboot)
+    raw = dict(lock.holder(), expires_ts=time.time() - 1, expires_boot=lock.clock.boot() - 1)
     raw.pop("expired", None)
-    # the clock is not ours to move: the lease is written as expired
     lock._write(raw, lock.past())  # pylint: disable=protected-access
     watchdog.watch(run_id, JOURNAL, str(root), sleep=lambda _s: None)
     assert lock.holder() is None and lock.past()[-1]["ended"] == "watchdog"
