@@ -9,19 +9,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.stacktune.gpu.plugins.plugin_utils._layers import call_layer
+from ansible_collections.stacktune.gpu.plugins.plugin_utils._layers import layer_filter
 
 
-def cpu_settings(
-    sysfs,
-    idle_states=None,
-    idle_max_latency_us=None,
-    max_cstate=None,
-    idle_reason=None,
-    cpu_root="/sys/devices/system/cpu",
-):
-    """Engine settings from the cpu layer's sysfs rows, its idle-latency limit and its C-state cap."""
-    return call_layer("cpu", "settings", sysfs, idle_states, idle_max_latency_us, max_cstate, idle_reason, cpu_root)
+cpu_settings = layer_filter("cpu", "settings")
 
 
 class FilterModule:

@@ -9,36 +9,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.stacktune.gpu.plugins.plugin_utils._layers import call_layer
+from ansible_collections.stacktune.gpu.plugins.plugin_utils._layers import layer_filter
 
 
-def gpu_settings_settings(
-    gpus,
-    persistence_mode=None,
-    power_limit_w=None,
-    compute_mode=None,
-    app_clocks=None,
-    gpu_count=0,
-    enabled=True,
-    search=False,
-    journaled=None,
-    retry_rejected=False,
-):
-    """One NVML setting per value that is not null and per GPU, or with ``search`` what the gate searches."""
-    return call_layer(
-        "gpu_settings",
-        "settings",
-        gpus,
-        persistence_mode,
-        power_limit_w,
-        compute_mode,
-        app_clocks,
-        gpu_count,
-        enabled,
-        search=search,
-        journaled=journaled,
-        retry_rejected=retry_rejected,
-    )
+gpu_settings_settings = layer_filter("gpu_settings", "settings")
 
 
 class FilterModule:

@@ -13,7 +13,7 @@ __metaclass__ = type
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.cpu_io_facts import io_targets as _io_targets
-from ansible_collections.stacktune.gpu.plugins.plugin_utils._layers import call_layer
+from ansible_collections.stacktune.gpu.plugins.plugin_utils._layers import layer_filter
 
 
 def io_targets(block_facts, paths):
@@ -25,35 +25,7 @@ def io_targets(block_facts, paths):
     return _io_targets(block_facts, paths)
 
 
-def io_settings(
-    targets,
-    disks=None,
-    read_ahead_kb=None,
-    read_ahead_at_least=False,
-    scheduler=None,
-    scheduler_auto=None,
-    nr_requests=None,
-    writeback=False,
-    dirty_expire_centisecs=None,
-    dirty_writeback_centisecs=None,
-    reason_gone=None,
-):
-    """Engine settings: readahead per target, scheduler and queue depth per member disk, writeback timers."""
-    return call_layer(
-        "io",
-        "settings",
-        targets,
-        disks,
-        read_ahead_kb,
-        read_ahead_at_least,
-        scheduler,
-        scheduler_auto,
-        nr_requests,
-        writeback,
-        dirty_expire_centisecs,
-        dirty_writeback_centisecs,
-        reason_gone,
-    )
+io_settings = layer_filter("io", "settings")
 
 
 class FilterModule:

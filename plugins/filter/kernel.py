@@ -9,12 +9,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.stacktune.gpu.plugins.plugin_utils._layers import call_layer
+from ansible_collections.stacktune.gpu.plugins.plugin_utils._layers import layer_filter
 
 
-def kernel_settings(profile, sysctl=None, floors=None, aspm_policy=None, cmdline_args=None, os_family="", enabled=True):
-    """Sysctl settings of the profile and of kernel_sysctl, the ASPM policy and the boot arguments."""
-    return call_layer("kernel", "settings", profile, sysctl, floors, aspm_policy, cmdline_args, os_family, enabled)
+kernel_settings = layer_filter("kernel", "settings")
 
 
 class FilterModule:

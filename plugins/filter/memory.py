@@ -9,36 +9,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.stacktune.gpu.plugins.plugin_utils._layers import call_layer
+from ansible_collections.stacktune.gpu.plugins.plugin_utils._layers import layer_filter
 
 
-def memory_settings(
-    shm_size="auto",
-    memlock=None,
-    thp_enabled=None,
-    thp_defrag=None,
-    hugepages=None,
-    enabled=True,
-    proc=None,
-    search=False,
-    journaled=None,
-    retry_rejected=False,
-):
-    """Engine settings for /dev/shm, memlock, THP and hugepages, or with ``search`` what the gate searches."""
-    return call_layer(
-        "memory",
-        "settings",
-        shm_size,
-        memlock,
-        thp_enabled,
-        thp_defrag,
-        hugepages,
-        enabled,
-        proc,
-        search=search,
-        journaled=journaled,
-        retry_rejected=retry_rejected,
-    )
+memory_settings = layer_filter("memory", "settings")
 
 
 class FilterModule:

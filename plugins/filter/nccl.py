@@ -9,17 +9,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.stacktune.gpu.plugins.plugin_utils._layers import call_layer
+from ansible_collections.stacktune.gpu.plugins.plugin_utils._layers import layer_filter
 
 
-def nccl_variables(facts, socket_ifname="auto", socket_ifname_auto="", ib_hca="auto", topo_file=None, env=None):
-    """NCCL_SOCKET_IFNAME, NCCL_IB_HCA and NCCL_TOPO_FILE derived from the facts, then ``env``."""
-    return call_layer("nccl", "variables", facts, socket_ifname, socket_ifname_auto, ib_hca, topo_file, env)
-
-
-def nccl_settings(variables, conf_path, enabled=True):
-    """The file setting of the NCCL configuration file, or none."""
-    return call_layer("nccl", "settings", variables, conf_path, enabled)
+nccl_variables = layer_filter("nccl", "variables")
+nccl_settings = layer_filter("nccl", "settings")
 
 
 class FilterModule:

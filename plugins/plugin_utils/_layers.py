@@ -9,6 +9,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import functools
+
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.layers import registry
@@ -27,3 +29,15 @@ def call_layer(layer, function, *args, **kwargs):
         return getattr(module, function)(*plain(list(args)), **plain(kwargs))
     except LayerError as exc:
         raise AnsibleFilterError(str(exc)) from exc
+
+
+def layer_filter(layer, function="settings"):
+    """A filter that is ``function`` of layer ``layer``'s module, through ``call_layer``: its
+    name, arguments and docstring are the layer function's own, written once, in the layer."""
+    target = getattr(registry.layer(layer), function)
+
+    @functools.wraps(target)
+    def through_the_layer(*args, **kwargs):
+        return call_layer(layer, function, *args, **kwargs)
+
+    return through_the_layer

@@ -28,7 +28,7 @@ SEARCHABLE = {}
 MAX_CSTATE_ARGS = ("intel_idle.max_cstate", "processor.max_cstate")
 
 
-def cpu_settings(
+def settings(
     sysfs,
     idle_states=None,
     idle_max_latency_us=None,
@@ -38,7 +38,11 @@ def cpu_settings(
 ):
     """Settings from the cpu layer's sysfs rows (``{var, key, value, ...}``; a null value is left
     out), its idle-latency limit (every idle state above it disabled; all of them where the facts
-    list none) and its C-state cap (boot arguments)."""
+    list none) and its C-state cap (boot arguments).
+
+    The layer's settings: the filter cpu_settings, or layer_settings('cpu')."""
+    if not isinstance(sysfs, list) or not all(isinstance(row, dict) and "var" in row for row in sysfs):
+        raise LayerError("cpu_settings expects a list of sysfs rows, each with var, key and value")
     out = [
         dict(row, kind="sysfs", missing="unsupported", value=str(row["value"]))
         for row in sysfs
@@ -70,17 +74,3 @@ def cpu_settings(
             for arg in MAX_CSTATE_ARGS
         ]
     return out
-
-
-def settings(
-    sysfs,
-    idle_states=None,
-    idle_max_latency_us=None,
-    max_cstate=None,
-    idle_reason=None,
-    cpu_root="/sys/devices/system/cpu",
-):
-    """The layer's settings (the filter cpu_settings, or layer_settings('cpu'))."""
-    if not isinstance(sysfs, list) or not all(isinstance(row, dict) and "var" in row for row in sysfs):
-        raise LayerError("cpu_settings expects a list of sysfs rows, each with var, key and value")
-    return cpu_settings(sysfs, idle_states, idle_max_latency_us, max_cstate, idle_reason, cpu_root)

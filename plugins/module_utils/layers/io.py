@@ -20,7 +20,7 @@ RULES = {"io_scheduler": {"line": "the layer's tmpfiles.d drop-in"}}
 SEARCHABLE = {}
 
 
-def io_settings(
+def settings(
     targets,
     disks=None,
     read_ahead_kb=None,
@@ -34,7 +34,11 @@ def io_settings(
     reason_gone=None,
 ):
     """Settings: readahead per target (io_targets), scheduler and queue depth per member disk (the
-    scheduler first: a scheduler change resets nr_requests), writeback timers."""
+    scheduler first: a scheduler change resets nr_requests), writeback timers.
+
+    The layer's settings: the filter io_settings, or layer_settings('io')."""
+    if not isinstance(targets, list):
+        raise LayerError("io_settings expects the list io_targets returns, got %s" % type(targets).__name__)
     disks = disks or {}
     out = []
     for t in targets:
@@ -108,34 +112,3 @@ def io_settings(
             }
         )
     return out
-
-
-def settings(
-    targets,
-    disks=None,
-    read_ahead_kb=None,
-    read_ahead_at_least=False,
-    scheduler=None,
-    scheduler_auto=None,
-    nr_requests=None,
-    writeback=False,
-    dirty_expire_centisecs=None,
-    dirty_writeback_centisecs=None,
-    reason_gone=None,
-):
-    """The layer's settings (the filter io_settings, or layer_settings('io'))."""
-    if not isinstance(targets, list):
-        raise LayerError("io_settings expects the list io_targets returns, got %s" % type(targets).__name__)
-    return io_settings(
-        targets,
-        disks or {},
-        read_ahead_kb,
-        read_ahead_at_least,
-        scheduler,
-        scheduler_auto,
-        nr_requests,
-        writeback,
-        dirty_expire_centisecs,
-        dirty_writeback_centisecs,
-        reason_gone,
-    )
