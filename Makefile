@@ -21,11 +21,12 @@ ARGS ?=
 # Extra arguments for benchmarks/gate_replay.py in make bench-gate, e.g. REPLAY_ARGS="--draws 50"
 REPLAY_ARGS ?=
 # The molecule scenarios by where `make test` runs them. Those whose verdict depends on step
-# times measured on this machine run alone, after the two lanes; the others run in the lanes,
-# beside lint and unit tests. docs/safety.md describes `safety`.
-SCENARIOS_TIMED ?= gate live failures faults search diagnose
-SCENARIOS_LANE_A ?= default layers privileged fleet cpuio cpuio_tree grubby_tree
-SCENARIOS_LANE_B ?= safety
+# times measured on this machine, and those on privileged containers (their live sysctl and
+# sysfs values are the machine's, which the other scenarios hash), run alone after the two
+# lanes; the others run in the lanes, beside lint and unit tests. docs/safety.md describes `safety`.
+SCENARIOS_TIMED ?= gate live failures faults search diagnose privileged
+SCENARIOS_LANE_A ?= safety default layers
+SCENARIOS_LANE_B ?= fleet cpuio cpuio_tree grubby_tree
 # Molecule scenarios run by `make test` and `make molecule` (space separated), e.g. SCENARIOS=layers
 SCENARIOS ?= $(SCENARIOS_TIMED) $(SCENARIOS_LANE_A) $(SCENARIOS_LANE_B)
 PY_SOURCES := plugins tests benchmarks
@@ -65,8 +66,9 @@ facts: deps-run
 # collection, then the molecule scenarios of SCENARIOS_LANE_A. Lane B: the other ansible-core
 # versions' venvs, sanity and unit tests and the cores scenario (its step times are printed, not
 # timed), then the scenarios of SCENARIOS_LANE_B. Each lane keeps about one core busy; lane B's
-# output follows lane A's. Then the scenarios of SCENARIOS_TIMED, whose gate judges step times
-# measured on this machine, run alone. A scenario runs only if SCENARIOS names it.
+# output follows lane A's. Then the scenarios of SCENARIOS_TIMED (a gate judging step times
+# measured on this machine, or privileged containers) run alone. A scenario runs only if
+# SCENARIOS names it.
 # docs/benchmarks.md has the times.
 test: deps-test image
 	@set -e; lane="$$(mktemp "$${TMPDIR:-/tmp}/stacktune-lane-b.XXXXXX")"; \

@@ -4,8 +4,9 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """`make test` runs every molecule scenario: each one of extensions/molecule/ is in exactly one
 of the Makefile's groups (timed, alone; lane A; lane B), the cores scenario through
-tools/test-cores.sh; and a scenario beside other tests has no gate judging step times it
-measures itself."""
+tools/test-cores.sh; a scenario beside other tests has no gate judging step times it measures
+itself, and no privileged container (its live sysctl and sysfs values are the machine's: a
+scenario beside it hashing its own container's live values saw them move)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -13,6 +14,8 @@ __metaclass__ = type
 
 import os
 import re
+
+import yaml
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GROUPS = ("SCENARIOS_TIMED", "SCENARIOS_LANE_A", "SCENARIOS_LANE_B")
@@ -52,3 +55,13 @@ def test_the_cores_scenario_runs_beside_other_tests_on_printed_step_times():
     assert '"--printed"' in step
     with open(os.path.join(REPO, "extensions", "molecule", "gate", "files", "stacktune-test-step")) as handle:
         assert '"--printed" in sys.argv' in handle.read()
+
+
+def test_a_scenario_on_privileged_containers_runs_alone():
+    _text, groups = makefile_groups()
+    beside = groups["SCENARIOS_LANE_A"] + groups["SCENARIOS_LANE_B"] + ["cores"]
+    for name in beside:
+        with open(os.path.join(REPO, "extensions", "molecule", name, "molecule.yml")) as handle:
+            platforms = yaml.safe_load(handle)["platforms"]
+        privileged = [p["name"] for p in platforms if p.get("privileged")]
+        assert not privileged, "%s runs beside other tests on privileged containers %s" % (name, privileged)
