@@ -135,6 +135,9 @@ def _outcome(r, check_mode, gated):
             r["layer"],
             "would change %d setting(s)" % n if n else "nothing to change",
         )
+    elif r.get("decision") == "rollback" and (gate or {}).get("method") == "search" and not restored_ids(r):
+        # a search that found nothing better than what the host had: nothing was put back
+        line = "%s: searched, the host's own value stays (nothing changed) - %s" % (r["layer"], _verdict(r))
     elif r.get("decision") == "rollback":
         line = "%s: ROLLED BACK (%d setting(s) put back) - %s" % (r["layer"], len(restored_ids(r)), _verdict(r))
     elif r.get("decision") == "keep" and gate:

@@ -50,6 +50,11 @@ class SearchBroken(Exception):
     """The program fails with the host's own value too: nothing can be searched."""
 
 
+def host_words(host_value):
+    """The host's own value as the search's lines name it."""
+    return "as found" if host_value is None else str(host_value)
+
+
 def search_plan(name, candidates, host_value, objective, budget=None, window_s=3):
     """The search in words, for check mode: what is switched, how often and for how long."""
     b = dict(SEARCH_BUDGET, **(budget or {}))
@@ -60,7 +65,7 @@ def search_plan(name, candidates, host_value, objective, budget=None, window_s=3
         % (
             name,
             ", ".join(str(c) for c in candidates),
-            host_value if host_value is not None else "as found",
+            host_words(host_value),
             objective,
             arms,
             window_s,
@@ -416,9 +421,14 @@ class Search:
             "stop": stop,
             "windows": sum(len(w) for w in self.win.values()),
             "seconds": round(self.clock() - started, 1) if self.clock else None,
+            # the share of the search's wall time spent in measured steps (the rest: switches,
+            # the settling dropped after them, the module calls)
+            "measured_s": round(math.fsum(sum(w["samples_ms"]) for ws in self.win.values() for w in ws) / 1000.0, 2),
             "failures": {str(self.candidates[a]): e for a, e in self.failures.items()},
             "rows": rows,
         }
+        if out["seconds"]:
+            out["measured_share"] = round(min(1.0, out["measured_s"] / out["seconds"]), 3)
         if stop == "energy not measured":
             out.update(
                 chosen=self.host_value,
@@ -433,7 +443,11 @@ class Search:
                 chosen=self.host_value,
                 decision="rollback",
                 reason="the host's own value (%s) is the best by %s%s; it is kept"
-                % (self.host_value, self.objective, "" if stop == "resolved" else " (not resolved: %s)" % stop),
+                % (
+                    host_words(self.host_value),
+                    self.objective,
+                    "" if stop == "resolved" else " (not resolved: %s)" % stop,
+                ),
             )
             rows[0]["status"] = "chosen"
             return out
@@ -450,13 +464,13 @@ class Search:
             out.update(
                 decision="keep",
                 reason="%s; against the host's own value (%s): %s"
-                % (head, self.host_value, self._why_kept(best, judged)),
+                % (head, host_words(self.host_value), self._why_kept(best, judged)),
             )
         else:
             out.update(
                 decision="rollback",
                 reason="%s; the gate does not keep it against the host's own value (%s): %s"
-                % (head, self.host_value, self._why_not(best, judged)),
+                % (head, host_words(self.host_value), self._why_not(best, judged)),
             )
         return out
 
@@ -497,11 +511,12 @@ def choice_line(setting, result):
     """The search's choice in one line for the run's output."""
     rows = result.get("rows") or []
     dropped = sum(1 for r in rows if r.get("status") == "dropped")
+    keep = result.get("decision") == "keep"
     return "search %s (%s): %s %s; %d of %d candidates dropped, %d rounds, %s" % (
         setting,
         result.get("objective"),
-        "chose" if result.get("decision") == "keep" else "kept the host's own value",
-        result.get("chosen"),
+        "chose" if keep else "kept the host's own value",
+        result.get("chosen") if keep else host_words(result.get("chosen")),
         dropped,
         max(0, len(rows) - 1),
         result.get("rounds") or 0,
@@ -564,10 +579,11 @@ def check_search(raw, window_s=3, max_slowdown=0.05):
     }
 
 
-def search_live(search, switch, measure, gate, policy, a_run=None):
+def search_live(search, switch, measure, gate, policy, a_run=None, clock=None):
     """Run a checked search (``check_search``) with the caller's ``switch`` and ``measure`` and
     return the layer's decision record: the choice as ``decision`` (``keep`` the chosen value
-    or ``rollback`` to the host's own), its one line as ``summary``, the rows as ``search``."""
+    or ``rollback`` to the host's own), its one line as ``summary``, the rows as ``search``.
+    ``clock``: the caller's monotonic clock (the trial loop's), which the cap is counted on."""
     import random  # noqa: PLC0415 - only a search draws its order
     import time  # noqa: PLC0415
 
@@ -584,7 +600,7 @@ def search_live(search, switch, measure, gate, policy, a_run=None):
         max_slowdown=search["max_slowdown"],
         budget=search["budget"],
         rng=rng,
-        clock=time.monotonic,
+        clock=clock or time.monotonic,
     ).run()
     judged = res.get("judged") or {}
     line = choice_line(search["variable"], res)

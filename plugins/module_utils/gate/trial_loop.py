@@ -247,6 +247,16 @@ class TrialLoop:
         changes = a.get("changes") or []
         # a search switches every row of the layer, also when its first candidate changed nothing
         rows = [dict(r, changed=True) for r in changes or [] if isinstance(r, dict)] if search else changes
+        if (
+            search
+            and search.get("host_value") is None
+            and rows
+            and len(set(search["values"])) > 1
+            and not any(isinstance(r, dict) and r.get("changed") for r in changes)
+        ):
+            # the layer applied its first candidate and changed nothing: that is the host's own value,
+            # measured once as the host's arm (not a second time as a candidate)
+            search = dict(search, host_value=search["values"][0])
         live, live_info = live_plan(rows, workloads, bench, wanted=bench.get("live", True) is not False)
         trial = None
         if live:
@@ -518,8 +528,9 @@ class TrialLoop:
 
         self.live_call("started", w, bench)
         try:
-            window = self.window_taker(bench, float(gate.budget["window_s"]), live_info)
-            decision = search_live(search, switch, lambda: window(w), gate, policy, a_run=self.args)
+            # the rounds are planned on this length: longer windows would leave the cap for fewer arms
+            window = self.window_taker(bench, float(gate.budget["window_s"]), live_info, first_look=None)
+            decision = search_live(search, switch, lambda: window(w), gate, policy, a_run=self.args, clock=self.clock)
         finally:
             self.live_call("stopped", w, bench, quiet=True)
         if decision["decision"] == "keep":
@@ -535,7 +546,8 @@ class TrialLoop:
     def window_taker(self, bench, window_s, drop_s, first_look=4, budget_s=None):
         """The live trial's ``measure``: one window of the workload's running program. After the
         first look (``first_look`` windows per arm, where an easy change is decided at the first
-        length) the windows are sized to the noise (``window_plan``); ``window.sizing`` says how."""
+        length) the windows are sized to the noise (``window_plan``); ``window.sizing`` says how.
+        ``first_look=None`` keeps the first length (a search plans its rounds on it)."""
         a, guard, state = self.args, self.guard, self.state
         track = {"fresh": True, "since": self.clock(), "on": state["on"], "n": 0}
         sizing = {"window_s": window_s, "first": [], "arms": [], "overhead": []}
@@ -555,7 +567,7 @@ class TrialLoop:
 
         def window(workload):
             guard.check()
-            if len(sizing["first"]) == 2 * first_look and "plan" not in sizing:
+            if first_look and len(sizing["first"]) == 2 * first_look and "plan" not in sizing:
                 resize()
             fresh = track["fresh"] or track["on"] != state.get("arm", state["on"])
             args = {"seconds": sizing["window_s"], "fresh": fresh, "drop_s": drop_s if fresh else 0.0}
@@ -581,7 +593,7 @@ class TrialLoop:
                 where = "at %s" % ("the host's own value" if state["arm"] is None else state["arm"])
             else:
                 where = "%s the layer" % ("with" if state["on"] else "without")
-            if len(sizing["first"]) < 2 * first_look:
+            if first_look and len(sizing["first"]) < 2 * first_look:
                 sizing["first"].append(steps)
                 sizing["arms"].append(state.get("arm", state["on"]))
                 sizing["overhead"].append(max(0.0, wall - sum(steps) / 1000.0))

@@ -346,3 +346,20 @@ def test_a_run_whose_lease_the_watchdog_ended_says_so_first():
                                    lease={"lease_ended": None})  # fmt: skip
     assert "no longer held" not in held
     assert held == filters.report_markdown(case["results"], "h", "run-9", case["fx"], plot=case["plot"])
+
+
+def test_a_search_that_kept_the_hosts_value_is_not_called_a_rollback():
+    """Seen on the H200: a power-limit search that found nothing better than 700 W read
+    "ROLLED BACK (0 setting(s) put back)"; nothing changed, so the outcome says the value stays."""
+    gate = {
+        "decision": "rollback",
+        "method": "search",
+        "reason": "rollback: the host's own value (700) is the best by throughput; it is kept",
+        "restored": [],
+    }
+    result = {"layer": "gpu_settings", "decision": "rollback", "gate": gate, "settings": []}
+    line = filters.outcome_lines([result], report="r.md")[0]
+    assert line.startswith("gpu_settings: searched, the host's own value stays (nothing changed) - ")
+    assert "ROLLED BACK" not in line
+    put_back = dict(result, gate=dict(gate, restored=["nvml:gpu0:power_limit_w"]))
+    assert filters.outcome_lines([put_back], report="r.md")[0].startswith("gpu_settings: ROLLED BACK (1 setting(s)")

@@ -46,6 +46,37 @@ def test_h200_recordings_get_their_verdict(name, verdict):
     assert d["evidence"] and d["moves"]["outside"]
 
 
+def sliced(name, seconds, shift):
+    """The recording cut to ``seconds`` of its profile, starting ``shift`` s into it, as a
+    diagnosis of that length would have seen it (its snapshots, steps and window)."""
+    with open(os.path.join(FIXTURES, name)) as handle:
+        doc = json.load(handle)
+    w = doc["windows"][0]
+    t0 = w["t0"] + shift
+    t1 = t0 + seconds
+    if t1 > w["t1"] + 0.01:
+        return None
+    steps = [s for s in doc["steps"] if t0 <= s[0] <= t1]
+    doc["samples"] = [s for s in doc["samples"] if t0 - 1.0 <= s["t"] <= t1]
+    doc["windows"] = [dict(w, t0=t0, t1=t1, steps_ms=[s[1] for s in steps])]
+    return assemble(doc["samples"], doc, steps, {"command": [doc["program"]]})
+
+
+@pytest.mark.parametrize("name, verdict", [h for h in H200 if h[0] != "h200_sampler_aa.json"])
+def test_the_default_8_s_profile_gets_the_recorded_verdict_anywhere_in_the_recording(name, verdict):
+    """stacktune_diagnose_seconds defaults to 8: each H200 recording (18-25 s of profile) gives
+    its verdict from any 6-, 8- or 10-s slice of it, at its start and 5 or 10 s in."""
+    seen = 0
+    for seconds in (6, 8, 10):
+        for shift in (0, 5, 10):
+            d = sliced(name, seconds, shift)
+            if d is None:
+                continue
+            seen += 1
+            assert d["verdict"] == verdict, (seconds, shift, d["line"])
+    assert seen >= 6
+
+
 def test_transformer_at_its_power_cap_figures():
     """The GPU-bound bf16 transformer: GPU 95% busy, 677 of 700 W, SW power cap in 98% of snapshots."""
     d = recorded("h200_transformer.json")

@@ -232,6 +232,51 @@ def test_a_search_through_the_loop_chooses_the_least_energy_within_the_slowdown(
     assert any("at the host's own value" in line for line in lines)
 
 
+def test_a_search_whose_first_candidate_is_the_hosts_value_measures_it_once_in_3_s_windows():
+    """As tune.yml hands a search over (seen on the H200): no host_value, the first candidate
+    applied and nothing changed, so it is the host's own value: measured as the host's arm only,
+    named in the choice, and the windows keep the length the rounds were planned on (sized to
+    12 s after the first look, one round took the whole 90-s cap)."""
+    power = search_data.power_windows()
+    values = [700, 650, 600, 550, 500, 450]
+    pools = {v: power[v] for v in values[1:]}
+    pools[None] = power[700]
+    host = Host(pools)
+    host.arm = None
+    rows = [
+        {"id": "nvml:gpu0:power_limit_w", "changed": False, "seen_running": True, "settle_s": 0.1},
+        {"id": "nvml:gpu0:persistence_mode", "changed": False, "seen_running": True, "settle_s": 0.1},
+    ]
+    search = {
+        "variable": "gpu_settings_power_limit_watts",
+        "objective": "throughput",
+        "candidates": [{"value": v, "settings": [{"id": "gpu_power", "value": v}]} for v in values],
+    }
+    args = task(
+        layer="gpu_settings",
+        policy="improve",
+        search=search,
+        changes=rows,
+        budget={"max_windows": 20, "window_s": 3, "max_seconds": 900},
+    )
+    decision, _samples, _kept, lines = run_loop(args, host)
+    found = decision["search"]
+    assert decision["method"] == "search" and decision["decision"] == "rollback", decision["reason"]
+    assert found["chosen"] == 700 and found["rows"][0]["value"] == 700
+    assert [r["value"] for r in found["rows"][1:]] == values[1:]
+    assert found["rounds"] >= 2
+    # 700 W was never switched to during the search: the host's arm is the layer suspended
+    switched = [
+        a["decision"]["value"] for name, a in host.calls if name == "host_settings" and a["state"] == "switched"
+    ]
+    assert 700 not in switched[:-1]
+    assert {w["seconds"] for w in host.benches("live_window")} == {3.0}
+    assert not any("windows of" in line and "sized" in line for line in lines)
+    assert "kept the host's own value 700" in decision["summary"] and "None" not in decision["summary"]
+    # the share of the search's time in measured steps: the windows' steps over its seconds
+    assert 0.5 < found["measured_share"] <= 1.0 and found["measured_s"] < found["seconds"]
+
+
 def test_a_lost_lease_in_a_window_stops_the_loop_touching_nothing_more():
     pool = live_windows("h200x1_live_train_step_aa.json")
 
