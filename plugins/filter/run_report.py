@@ -140,6 +140,15 @@ def _outcome(r, check_mode, gated):
         line = "%s: searched, the host's own value stays (nothing changed) - %s" % (r["layer"], _verdict(r))
     elif r.get("decision") == "rollback":
         line = "%s: ROLLED BACK (%d setting(s) put back) - %s" % (r["layer"], len(restored_ids(r)), _verdict(r))
+    elif r.get("decision") == "keep" and (gate or {}).get("method") == "search":
+        # the value the search put in place (the layer's own rows are those of its first candidate)
+        found = gate.get("search") or {}
+        line = "%s: kept %s = %s, found by a search - %s" % (
+            r["layer"],
+            found.get("variable", "the searched value"),
+            found.get("chosen"),
+            _verdict(r),
+        )
     elif r.get("decision") == "keep" and gate:
         line = "%s: kept (%s) - %s" % (r["layer"], _changed_words(r), _verdict(r))
     elif n:

@@ -276,7 +276,7 @@ print("lock:", json.load(open("/var/lib/stacktune/run.lock"))["holder"])'
       # then efficiency with max_slowdown 0.05; each then rolled back (the limit back to 700 W)
       nvidia-smi -pl 700 >/dev/null
       prog="$PWD/tests/gpu/transformer_program.py"
-      for objective in throughput efficiency; do
+      for objective in ${SEARCH_OBJECTIVES:-throughput efficiency}; do
         t0=$(date +%s)
         run ap tune.yml -e stacktune_run_id="search-$objective" -e stacktune_report_dir="$RUN_DIR/reports" -e "{\"stacktune_layers\":
           [\"gpu_settings\"], \"gpu_settings_power_limit_watts\": [700, 650, 600, 550, 500, 450],

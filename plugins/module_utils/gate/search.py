@@ -38,8 +38,8 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import
 )
 
 OBJECTIVES = ("throughput", "efficiency")
-# The search's budget when the caller gives none: rounds before the first look and at most,
-# seconds of measuring at most, and windows per visit of an arm (a switch costs the settling
+# The search's budget when the caller gives none: rounds before the first look (always taken)
+# and at most, seconds at most once those are taken, and windows per visit of an arm (a switch costs the settling
 # dropped after it: two 3-s windows per visit keep the measured steps above 80% of the time).
 SEARCH_BUDGET = {"min_rounds": 2, "max_rounds": 6, "max_seconds": 90, "visit_windows": 2}
 # What the host's own value is called in the search's arms and report.
@@ -61,7 +61,7 @@ def search_plan(name, candidates, host_value, objective, budget=None, window_s=3
     arms = len([c for c in candidates if c != host_value]) + 1
     return (
         "search %s over %s against the host's own value (%s), objective %s: %d arms switched in ONE running "
-        "program, %d-s windows in a random order per round, %d to %d rounds, at most %d s"
+        "program, %d-s windows in a random order per round, %d to %d rounds, after %d at most %d s"
         % (
             name,
             ", ".join(str(c) for c in candidates),
@@ -71,6 +71,7 @@ def search_plan(name, candidates, host_value, objective, budget=None, window_s=3
             window_s,
             b["min_rounds"],
             b["max_rounds"],
+            b["min_rounds"],
             b["max_seconds"],
         )
     )
@@ -384,7 +385,9 @@ class Search:
                 if resolved or len(active) == 1:
                     stop = "resolved"
                     break
-            if clock is not None:
+            if clock is not None and rounds >= self.budget["min_rounds"]:
+                # the cap never cuts the rounds the first look needs: without them no arm is compared
+                # (seen on a GPU host: six arms of two 3-s windows took 46 s a round, one round of 90 s)
                 spent = clock() - started
                 if spent + spent / rounds > self.budget["max_seconds"]:
                     stop = "max_seconds"

@@ -363,3 +363,17 @@ def test_a_search_that_kept_the_hosts_value_is_not_called_a_rollback():
     assert "ROLLED BACK" not in line
     put_back = dict(result, gate=dict(gate, restored=["nvml:gpu0:power_limit_w"]))
     assert filters.outcome_lines([put_back], report="r.md")[0].startswith("gpu_settings: ROLLED BACK (1 setting(s)")
+
+
+def test_a_kept_search_names_the_value_it_put_in_place():
+    """Seen on an H100: a search that kept 600 W read "kept (0 setting(s) changed)", counting the
+    rows of the first candidate (the host's own 700 W)."""
+    gate = {
+        "decision": "keep",
+        "method": "search",
+        "reason": "keep: 600 is the best by efficiency",
+        "search": {"variable": "gpu_settings_power_limit_watts", "chosen": 600},
+    }
+    result = {"layer": "gpu_settings", "decision": "keep", "gate": gate, "settings": []}
+    line = filters.outcome_lines([result], report="r.md")[0]
+    assert line.startswith("gpu_settings: kept gpu_settings_power_limit_watts = 600, found by a search - ")

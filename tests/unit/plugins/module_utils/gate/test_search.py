@@ -273,3 +273,23 @@ def test_a_bad_search_option_is_named(raw, words):
     with pytest.raises(ValueError, match="search") as err:
         check_search(raw)
     assert words in str(err.value)
+
+
+def test_the_cap_never_cuts_the_rounds_the_first_look_needs():
+    """Seen on an H100: six arms of two 3-s windows took 46 s a round; with a cap of 90 s the
+    search stopped after one round and compared nothing. The first look's rounds are always
+    taken, then the cap counts."""
+    candidates = [650, 600, 550, 500, 450]
+    by_arm = {c: POWER[c] for c in candidates}
+    by_arm[None] = POWER[700]
+    switch, measure = replay(by_arm, random.Random(3))
+    now = [0.0]
+
+    def slow_window():
+        now[0] += 3.85  # a 3-s window, its switch's share and the module call, as on the H100
+        return measure()
+
+    res = Search(candidates, 700, switch, slow_window, rng=random.Random(4), clock=lambda: now[0]).run()
+    assert res["rounds"] >= 2 and res["stop"] in ("resolved", "max_seconds")
+    assert res["seconds"] > 90  # the two rounds cost what they cost; then the cap stopped it
+    assert "2 to 6 rounds, after 2 at most 90 s" in search_plan("p", candidates, 700, "throughput")
