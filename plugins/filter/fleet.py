@@ -64,8 +64,33 @@ def fleet_report(
     return report
 
 
+def _batch_size(value, hosts):
+    """ansible-playbook's size of a serial batch: a count, or a percentage of the play's hosts (at least one)."""
+    text = str(value).strip()
+    try:
+        size = int(float(text[:-1]) / 100.0 * hosts) or 1 if text.endswith("%") else int(text)
+    except ValueError:
+        raise AnsibleFilterError(
+            "canary_hosts: serial must be a count, a percentage or a list of them, got %r" % (value,)
+        ) from None
+    return hosts if size <= 0 else min(size, hosts)
+
+
+def canary_hosts(hosts_all, serial):
+    """The hosts of a rollout's first batch when later batches follow it (the canaries), else [].
+
+    From the play's hosts in order and its ``serial``, as ansible-playbook cuts the batches:
+    ``ansible_play_batch`` cannot say it, since a host that fails leaves it."""
+    hosts = list(hosts_all or [])
+    first = serial[0] if isinstance(serial, (list, tuple)) and serial else serial
+    if first in (None, "") or not hosts:
+        return []
+    size = _batch_size(first, len(hosts))
+    return hosts[:size] if size < len(hosts) else []
+
+
 class FilterModule:
     """stacktune.gpu fleet filters."""
 
     def filters(self):
-        return {"fleet_report": fleet_report}
+        return {"fleet_report": fleet_report, "canary_hosts": canary_hosts}

@@ -38,7 +38,10 @@ def fleet_facts():
 
 
 def test_registered():
-    assert filters.FilterModule().filters() == {"fleet_report": filters.fleet_report}
+    assert filters.FilterModule().filters() == {
+        "fleet_report": filters.fleet_report,
+        "canary_hosts": filters.canary_hosts,
+    }
 
 
 def test_data_output(fleet_facts):
@@ -154,3 +157,34 @@ def test_acceptance_outliers(fleet_facts):
 def test_bad_acceptance_arguments(fleet_facts, kwargs, message):
     with pytest.raises(AnsibleFilterError, match=message):
         filters.fleet_report(fleet_facts, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("serial", "n", "want"),
+    [
+        (["20%", "100%"], 10, 2),  # tune.yml's default: two canaries of ten
+        (["20%", "100%"], 3, 1),  # 20% of 3 rounds down to 0: at least one
+        (["100%"], 10, 0),  # one batch: no canary
+        ("30%", 10, 3),
+        (4, 10, 4),
+        (["1", "100%"], 1, 0),  # one host: its batch is the whole rollout
+        ([0], 10, 0),  # 0: the whole play in one batch, as ansible-playbook reads it
+        (["20%", "100%"], 108, 21),
+    ],
+)
+def test_canary_hosts_are_the_first_batch_when_more_follow(serial, n, want):
+    hosts = ["h%d" % i for i in range(n)]
+    assert filters.canary_hosts(hosts, serial) == hosts[:want]
+
+
+def test_a_failed_host_does_not_make_the_others_canaries():
+    """The rule before read ansible_play_batch, which a failed host leaves: in a single batch of
+    108 hosts where many failed, the others read "This host is a canary" (seen in the safety
+    scenario's bad-input run). The batches come from the hosts and serial alone."""
+    hosts = ["bad-%d" % i for i in range(108)]
+    assert filters.canary_hosts(hosts, ["100%"]) == []
+
+
+def test_canary_hosts_refuses_a_serial_it_cannot_read():
+    with pytest.raises(AnsibleFilterError, match="canary_hosts: serial"):
+        filters.canary_hosts(["a", "b"], ["many"])
