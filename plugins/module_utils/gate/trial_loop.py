@@ -246,13 +246,14 @@ class TrialLoop:
         measure = self.block_taker(bench, gate, workloads)
         changes = a.get("changes") or []
         # a search switches every row of the layer, also when its first candidate changed nothing
-        rows = [dict(r, changed=True) for r in changes or [] if isinstance(r, dict)] if search else changes
+        applied = [r for r in changes if isinstance(r, dict)]
+        rows = [dict(r, changed=True) for r in applied] if search else changes
         if (
             search
             and search.get("host_value") is None
-            and rows
+            and applied
             and len(set(search["values"])) > 1
-            and not any(isinstance(r, dict) and r.get("changed") for r in changes)
+            and not any(r.get("changed") for r in applied)
         ):
             # the layer applied its first candidate and changed nothing: that is the host's own value,
             # measured once as the host's arm (not a second time as a candidate)
