@@ -371,6 +371,7 @@ def check_run_names(values):
 UNDECLARED = (
     "stacktune_hosts",
     "stacktune_serial",
+    "stacktune_rollout_serial",
     "stacktune_canary_percent",
     "stacktune_canary_stop_on_rollback",
     "stacktune_max_fail_percentage",
