@@ -71,11 +71,15 @@ def layer_plan(layer_workloads, diagnosis, target, bench_workload, skip=True, me
 
     ``layer_workloads``: ``{layer: candidate workloads}`` (the layer_workloads filter).
     ``expected``: can, cannot, not judged (the verdict says nothing of the layer) or not
-    diagnosed. A layer the diagnosis says cannot move its program loses that program from its
-    candidates (with ``bench_workload`` auto) or is not measured at all (with the user's command
-    or one built-in workload for every layer, which is the diagnosed program itself); also when
-    what is left cannot run here (``measurable(candidates)`` false). ``skip`` false keeps every
-    measurement and only says what was expected."""
+    diagnosed. A layer the diagnosis says cannot move its program is measured on that program
+    alone when it is one of the layer's built-in candidates (``bench_workload`` auto): a trial
+    there checks the expectation in the least time (a GPU-bound step resolves a change to about
+    half a percent in half a minute), and the other candidates, stand-ins for programs the
+    diagnosis did not see, are left out. Where the program is the only one the gate would
+    measure (the user's command, or one built-in workload for every layer) such a layer is not
+    measured at all (``skip``), as also where the program cannot run here
+    (``measurable([program])`` false). ``skip`` false keeps every measurement and only says
+    what was expected."""
     out = {}
     program = (target or {}).get("workload") or ("command" if (target or {}).get("command") else None)
     for layer, candidates in (layer_workloads or {}).items():
@@ -84,20 +88,25 @@ def layer_plan(layer_workloads, diagnosis, target, bench_workload, skip=True, me
         out[layer] = row
         if expected != "cannot" or not skip or program is None:
             continue
-        words = (
-            "the diagnosis (%s) says this layer cannot move the program: %s; stacktune_diagnose_skip=false "
-            "measures it" % (diagnosis.get("title") or diagnosis["verdict"], why)
+        words = "the diagnosis (%s) says this layer cannot move the program: %s; stacktune_diagnose_skip=false " % (
+            diagnosis.get("title") or diagnosis["verdict"],
+            why,
         )
         if bench_workload not in (None, "", "auto"):
             diagnosed = program == bench_workload or (program == "command" and bench_workload == "command")
             if diagnosed:
-                row.update(skip=True, reason="not measured: " + words)
+                row.update(skip=True, reason="not measured: " + words + "measures it")
             continue
-        if program in candidates:
-            left = [w for w in candidates if w != program]
-            row["workloads"] = left
-            if not left or (measurable is not None and not measurable(left)):
-                row.update(skip=True, reason="not measured: " + words)
-            else:
-                row["reason"] = "not measured on %s: %s" % (program, words)
+        if program not in candidates:
+            continue
+        if measurable is not None and not measurable([program]):
+            row.update(workloads=[], skip=True, reason="not measured: " + words + "measures it")
+            continue
+        others = [w for w in candidates if w != program]
+        row["workloads"] = [program]
+        row["reason"] = "measured on %s alone, to check the expectation: %s%s" % (
+            program,
+            words,
+            "measures it on %s too" % ", ".join(others) if others else "changes nothing here",
+        )
     return out

@@ -55,24 +55,31 @@ LAYERS = {
 }
 
 
-def test_a_gpu_bound_diagnosis_leaves_its_program_out_of_the_cpu_side_layers():
+def test_a_gpu_bound_diagnosis_measures_the_cpu_side_layers_on_its_program_alone():
     d = recorded("h200_builtin_train_step.json")
     plan = layer_plan(LAYERS, d, {"workload": "train_step"}, "auto")
+    # kernel is checked on the GPU-bound step, where a trial resolves fastest; the loaders,
+    # stand-ins for programs the diagnosis did not see, are left out
     assert plan["kernel"]["expected"] == "cannot" and not plan["kernel"]["skip"]
-    assert plan["kernel"]["workloads"] == ["dataloader", "cpu_dataloader"]
-    assert plan["kernel"]["reason"].startswith("not measured on train_step: the diagnosis (GPU-bound at its power cap)")
-    # its only workload was the diagnosed program: not measured at all
-    assert plan["cpu"]["skip"] and plan["cpu"]["workloads"] == []
-    assert "stacktune_diagnose_skip=false measures it" in plan["cpu"]["reason"]
+    assert plan["kernel"]["workloads"] == ["train_step"]
+    assert plan["kernel"]["reason"].startswith(
+        "measured on train_step alone, to check the expectation: the diagnosis (GPU-bound at its power cap)"
+    )
+    assert plan["kernel"]["reason"].endswith("stacktune_diagnose_skip=false measures it on dataloader, cpu_dataloader too")
+    # its only workload was the diagnosed program: measured there, nothing else to leave out
+    assert plan["cpu"]["workloads"] == ["train_step"] and not plan["cpu"]["skip"]
+    assert plan["cpu"]["reason"].endswith("stacktune_diagnose_skip=false changes nothing here")
     # the diagnosed program is not memory's workload: measured as usual
     assert plan["memory"]["expected"] == "cannot" and plan["memory"]["workloads"] == ["dataloader"]
-    assert not plan["memory"]["skip"]
-    assert plan["gpu_settings"]["expected"] == "can" and not plan["gpu_settings"]["skip"]
+    assert not plan["memory"]["skip"] and plan["memory"]["reason"] == ""
+    assert plan["gpu_settings"]["expected"] == "can" and plan["gpu_settings"]["workloads"] == ["gemm"]
+    assert not plan["gpu_settings"]["skip"]
     assert plan["nccl"]["expected"] == "not judged"
-    # what is left must run here: on a host where only train_step would, nothing is
+    # the program must run here: on a host where it would not, the layer is not measured
     plan = layer_plan(LAYERS, d, {"workload": "train_step"}, "auto", measurable=lambda left: False)
-    assert plan["kernel"]["skip"]
-    # stacktune_diagnose_skip false: every layer measured, the expectation still said
+    assert plan["kernel"]["skip"] and plan["kernel"]["workloads"] == []
+    assert "stacktune_diagnose_skip=false measures it" in plan["kernel"]["reason"]
+    # stacktune_diagnose_skip false: every layer measured on every workload, the expectation still said
     plan = layer_plan(LAYERS, d, {"workload": "train_step"}, "auto", skip=False)
     assert not any(r["skip"] for r in plan.values()) and plan["kernel"]["workloads"] == LAYERS["kernel"]
     assert plan["kernel"]["expected"] == "cannot"
@@ -99,10 +106,10 @@ def test_the_filters():
     assert diagnose_target([], "auto", None, {"default": DEFAULT}, 0)["workload"] == "cpu_train_step"
     d = recorded("h200_builtin_train_step.json")
     plan = diagnose_layers(LAYERS, d, {"workload": "train_step"}, "auto", True, 1, None)
-    # the gate's own rule says what runs: with one GPU the kernel layer keeps dataloader
-    assert plan["kernel"]["workloads"] == ["dataloader", "cpu_dataloader"] and not plan["kernel"]["skip"]
-    plan = diagnose_layers({"kernel": ["train_step", "allreduce"]}, d, {"workload": "train_step"}, "auto", True, 1)
-    assert plan["kernel"]["skip"]  # allreduce needs two GPUs
+    assert plan["kernel"]["workloads"] == ["train_step"] and not plan["kernel"]["skip"]
+    # the gate's own rule says what runs: on a host without GPUs train_step would not
+    plan = diagnose_layers({"kernel": ["train_step", "cpu_dataloader"]}, d, {"workload": "train_step"}, "auto", True, 0)
+    assert plan["kernel"]["skip"]
 
 
 def test_the_report_leads_with_the_diagnosis():
