@@ -2,8 +2,9 @@
 # Copyright: stacktune contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The diagnosis inside a tune run (documented in diagnose_target.yml and diagnose_layers.yml):
-which program to diagnose, and per layer what the diagnosis expects and what is skipped."""
+"""The diagnosis inside a tune run (documented in diagnose_target.yml, diagnose_check.yml and
+diagnose_layers.yml): which program to diagnose, whether it can be, and per layer what the
+diagnosis expects and what is skipped."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -12,6 +13,8 @@ __metaclass__ = type
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.diagnose.plan import choose_target, layer_plan
+from ansible_collections.stacktune.gpu.plugins.module_utils.diagnose.run import DiagnoseError, check_options
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.registry import LIVE_WORKLOADS
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import resolve_workloads
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._plain import plain
 
@@ -29,6 +32,37 @@ def diagnose_target(live_command, bench_workload="auto", diagnose_workload=None,
     return choose_target(
         live_command, bench_workload, diagnose_workload, gate_workloads.get("default") or [], gpu_count
     )
+
+
+def diagnose_check(target, seconds, warmup_s, first_step_timeout):
+    """'' when the diagnosis of ``target`` (the diagnose_target filter's dict) can be made with
+    these numbers, else the message naming the variable to fix (the diagnose module's own check,
+    made before the tune takes the host)."""
+    target = plain(target)
+    if not isinstance(target, dict):
+        raise AnsibleFilterError("diagnose_check expects the diagnose_target filter's dict, got %r" % (target,))
+    if "none" in target:
+        return ""  # nothing to diagnose: the report says why
+    names = {
+        "command": target.get("variable") or "stacktune_bench_live_command",
+        "workload": "stacktune_diagnose_workload",
+        "seconds": "stacktune_diagnose_seconds",
+        "warmup_s": "stacktune_diagnose_warmup",
+        "first_step_timeout": "stacktune_diagnose_timeout",
+    }
+    try:
+        check_options(
+            target.get("command"),
+            target.get("workload"),
+            LIVE_WORKLOADS,
+            names,
+            seconds=seconds,
+            warmup_s=warmup_s,
+            first_step_timeout=first_step_timeout,
+        )
+    except DiagnoseError as exc:
+        return str(exc)
+    return ""
 
 
 def diagnose_layers(
@@ -64,6 +98,7 @@ class FilterModule:
     def filters(self):
         return {
             "diagnose_target": diagnose_target,
+            "diagnose_check": diagnose_check,
             "diagnose_layers": diagnose_layers,
             "diagnose_workloads": diagnose_workloads,
         }

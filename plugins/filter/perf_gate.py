@@ -2,7 +2,8 @@
 # Copyright: stacktune contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Filter ``perf_gate``: the stacktune gate as a Jinja filter (documentation in perf_gate.yml).
+"""Filter ``perf_gate``: the stacktune gate as a Jinja filter (documentation in perf_gate.yml);
+``runner_workloads``: what a tune run's block runner is started for (runner_workloads.yml).
 
 The gate's settings are not spelled out here: the filter takes them by name, as keyword
 arguments checked against the one table of them (``module_utils/gate/settings.py``
@@ -23,6 +24,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import
     check_settings,
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.steps import judge
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial_loop import TrialError, runner_names
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._plain import plain
 
 # The documented positional order after ``policy`` (perf_gate.yml's ``positional``), kept as
@@ -79,8 +81,21 @@ def gate_settings_check(settings, budget=None, workloads=None):
     return ""
 
 
+def runner_workloads(layer_workloads, gpu_count=0, bench_workload="auto", data_dir=None):
+    """The workloads the run's block runner is started for (what it imports): every layer's of
+    ``layer_workloads`` resolved for this host as the gate resolves them."""
+    try:
+        return runner_names(plain(layer_workloads), int(gpu_count or 0), bench_workload, data_dir)
+    except TrialError as exc:
+        raise AnsibleFilterError("runner_workloads: %s" % exc) from None
+
+
 class FilterModule:
     """stacktune.gpu performance gate filters."""
 
     def filters(self):
-        return {"perf_gate": perf_gate, "gate_settings_check": gate_settings_check}
+        return {
+            "perf_gate": perf_gate,
+            "gate_settings_check": gate_settings_check,
+            "runner_workloads": runner_workloads,
+        }

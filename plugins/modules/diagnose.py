@@ -94,6 +94,11 @@ attributes:
 extends_documentation_fragment:
   - stacktune.gpu.attributes
   - stacktune.gpu.attributes.no_diff
+  - stacktune.gpu.journal.run_id
+notes:
+  - With O(run_id) (a tune, which diagnoses after it has taken the host) the run's lease is
+    renewed while the program runs, and the diagnosis fails, whatever O(on_error) says, as soon
+    as that run no longer holds the host. C(make diagnose) takes no lease and gives none.
 seealso:
   - module: stacktune.gpu.bench
 """
@@ -165,6 +170,12 @@ diagnosis:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.diagnose.run import DiagnoseError, check_options, diagnose
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import journal_options
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import (
+    HostLocked,
+    LeaseRenewalFailed,
+    lease_ticker,
+)
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.registry import LIVE_WORKLOADS
 
 
@@ -181,6 +192,7 @@ def main():
             nvml=dict(type="bool", default=True),
             on_error=dict(type="str", choices=["fail", "report"], default="fail"),
             names=dict(type="dict", default={}),
+            **journal_options("run_id"),
         ),
         supports_check_mode=True,
     )
@@ -197,8 +209,13 @@ def main():
             python=p["python"],
             names=p["names"],
             use_nvml=p["nvml"],
+            tick=lease_ticker(p["run_id"]) if p["run_id"] else None,
             **numbers,
         )
+    except HostLocked as exc:
+        module.fail_json(msg="Failed to diagnose the program: the run no longer holds the host: %s" % exc)
+    except LeaseRenewalFailed as exc:
+        module.fail_json(msg="Failed to diagnose the program: %s" % exc)
     except DiagnoseError as exc:
         if p["on_error"] == "report":
             module.exit_json(changed=False, diagnosis={"error": str(exc), "line": "diagnosis: not made: %s" % exc})

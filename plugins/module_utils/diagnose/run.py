@@ -108,9 +108,25 @@ class Program:
                 stream.close()
 
 
-def _sleep_while_alive(prog, seconds, sleep):
+def _ticker(tick, clock, every=1.0):
+    """``tick`` (the run's lease check and renewal) at most once per ``every`` s; a no-op without one."""
+    last = {"t": None}
+
+    def maybe():
+        if tick is None:
+            return
+        now = clock()
+        if last["t"] is None or now - last["t"] >= every:
+            last["t"] = now
+            tick()
+
+    return maybe
+
+
+def _sleep_while_alive(prog, seconds, sleep, tick):
     end = prog.now() + seconds
     while prog.now() < end and not prog.ended() and prog.broken is None:
+        tick()
         sleep(min(0.1, max(0.0, end - prog.now())))
 
 
@@ -125,12 +141,16 @@ def record(
     clock=time.monotonic,
     sleep=time.sleep,
     cwd=None,
+    tick=None,
 ):
     """Run ``argv``; wait for its first step line, let it warm up ``warmup_s``, then snapshot
     it at ``sample_hz`` for ``seconds``. Returns ``{"steps", "samples", "first_step_s"}``
     (times on one clock from the program's start). Raises DiagnoseError for a program that
-    ends, prints no step line, or stops printing them; the program is ended in every case."""
+    ends, prints no step line, or stops printing them; the program is ended in every case.
+    ``tick``: called about once a second while the program runs (a tune's lease: it renews
+    it, and raises HostLocked once the run no longer holds the host)."""
     n = dict(NAMES, **(names or {}))
+    tick = _ticker(tick, clock)
     try:
         prog = Program(argv, clock=clock, cwd=cwd)
     except OSError as exc:
@@ -138,6 +158,7 @@ def record(
     try:
         deadline = prog.now() + first_step_timeout
         while not prog.steps and not prog.ended() and prog.broken is None and prog.now() < deadline:
+            tick()
             sleep(0.05)
         if prog.ended():
             prog.threads[0].join(timeout=2.0)  # the lines it printed before it ended
@@ -149,7 +170,7 @@ def record(
                 % (n["command"], first_step_timeout, n["first_step_timeout"], prog.stderr_tail())
             )
         first = prog.now()
-        _sleep_while_alive(prog, warmup_s, sleep)
+        _sleep_while_alive(prog, warmup_s, sleep, tick)
         _check(prog, n, "during its warm-up (%s %s s after its first step)" % (n["warmup_s"], warmup_s))
         samples, period = [], 1.0 / sample_hz
         start = prog.now()
@@ -157,6 +178,7 @@ def record(
             t = prog.now()
             if t - start > seconds:
                 break
+            tick()
             samples.append(snapshot.take(prog.proc.pid, t, nvml, clock=prog.now))
             _check(prog, n, "during the profile (%s %s s)" % (n["seconds"], seconds))
             sleep(max(0.0, period - (prog.now() - t)))
@@ -200,20 +222,21 @@ def diagnose(
     names=None,
     use_nvml=True,
     thresholds=None,
+    tick=None,
 ):
     """Run the user's ``command`` (an argv) or the built-in ``workload`` in live mode, profile
-    it and decide where it is bound. Returns the diagnosis (JSON-able)."""
+    it and decide where it is bound. Returns the diagnosis (JSON-able). ``tick``: see record."""
     nvml = snapshot.Nvml.open() if use_nvml else None
     meta = snapshot.host_meta()
     try:
         if command:
-            got = record(command, seconds, warmup_s, first_step_timeout, sample_hz, nvml, names)
+            got = record(command, seconds, warmup_s, first_step_timeout, sample_hz, nvml, names, tick=tick)
             program = {"command": list(command)}
         else:
             max_s = first_step_timeout + warmup_s + seconds + 30
             with private_program(program_source(), "stacktune-diagnose-") as (folder, path):
                 argv = builtin_argv(python, path, workload, max_s)
-                got = record(argv, seconds, warmup_s, first_step_timeout, sample_hz, nvml, names, cwd=folder)
+                got = record(argv, seconds, warmup_s, first_step_timeout, sample_hz, nvml, names, cwd=folder, tick=tick)
             program = {"workload": workload}
     finally:
         if nvml is not None:

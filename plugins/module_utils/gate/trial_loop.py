@@ -166,6 +166,25 @@ def not_measured(args, workloads, bench, policy):
     return decision
 
 
+def runner_names(runner_for, gpu_count, override=None, data_dir=None, first=()):
+    """The workloads a run's block runner is started for: ``first`` (the layer measured now),
+    then every layer's of ``runner_for`` (``{layer: candidate workloads}``) resolved for this
+    host as its own layer would be (``override``: ``stacktune_bench_workload``), in order, the
+    user's ``command`` left out (it is not imported)."""
+    names = list(first)
+    if not isinstance(runner_for, dict):
+        raise TrialError("runner_for must be a dict of layer: [workloads]")
+    for layer, candidates in sorted(runner_for.items()):
+        if isinstance(candidates, str) or not isinstance(candidates, list):
+            raise TrialError("runner_for.%s must be a list of workload names" % layer)
+        try:
+            more = resolve_workloads(candidates, gpu_count, override, data_dir)
+        except ValueError as exc:
+            raise TrialError("runner_for.%s: %s" % (layer, exc)) from None
+        names.extend(w for w in more if w not in names)
+    return [w for w in names if w != "command"]
+
+
 class TrialLoop:
     """One layer's measurement, from the runner's start to the keep or the restore.
 
@@ -303,20 +322,9 @@ class TrialLoop:
         """What the runner imports for: this layer's workloads and, with ``runner_for``
         (``{layer: candidate workloads}`` of the run's layers), those of every layer it may
         serve after this one, each resolved for this host as its own layer would be."""
-        a = self.args
-        names = list(workloads)
-        runner_for = a.get("runner_for") or {}
-        if not isinstance(runner_for, dict):
-            raise TrialError("runner_for must be a dict of layer: [workloads]")
-        for layer, candidates in sorted(runner_for.items()):
-            if isinstance(candidates, str) or not isinstance(candidates, list):
-                raise TrialError("runner_for.%s must be a list of workload names" % layer)
-            try:
-                more = resolve_workloads(candidates, gpu_count, a.get("workload"), bench.get("data_dir"))
-            except ValueError as exc:
-                raise TrialError("runner_for.%s: %s" % (layer, exc)) from None
-            names.extend(w for w in more if w not in names)
-        return [w for w in names if w != "command"]
+        return runner_names(
+            self.args.get("runner_for") or {}, gpu_count, self.args.get("workload"), bench.get("data_dir"), workloads
+        )
 
     def start_runner(self, workloads, bench, for_live=False):
         """A warm parent for the built-in workloads' blocks (the bench module's runner), or None.

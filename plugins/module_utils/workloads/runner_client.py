@@ -258,10 +258,17 @@ def ensure_runner(params):
     return start_runner(params)
 
 
-def stop_runner(sock):
-    """Ask the runner at ``sock`` to end (it removes its folder); a runner already gone is fine."""
+def stop_runner(sock, wait_s=10.0):
+    """Ask the runner at ``sock`` to end and wait, ``wait_s`` at most, until it has removed its
+    socket (it answers first, then removes its folder); a runner already gone is fine. So a run
+    that stopped its runner leaves no runner behind when it ends."""
+    asked = False
     with contextlib.suppress(OSError, ValueError):
         ask_runner(sock, {"stop": True})
+        asked = True
+    deadline = time.monotonic() + wait_s
+    while asked and os.path.lexists(sock) and time.monotonic() < deadline:
+        time.sleep(0.02)
     return {"changed": False, "runner_socket": sock, "stopped": True}
 
 

@@ -222,9 +222,14 @@ CRASHING = textwrap.dedent(
     """
     import os, sys, time
     path = sys.argv[1]
+    since = None  # when the layer's file began to say crash (it fails 0.6 s later)
     for step in range(10**9):
-        if os.path.exists(path) and open(path).read().strip() == "crash" and step > 20:
-            sys.exit("RuntimeError: unable to allocate shared memory(shm)")
+        if os.path.exists(path) and open(path).read().strip() == "crash":
+            since = time.monotonic() if since is None else since
+            if time.monotonic() - since > 0.6:
+                sys.exit("RuntimeError: unable to allocate shared memory(shm)")
+        else:
+            since = None
         time.sleep(0.004)
         print('{"step_ms": 4.0}', flush=True)
     """

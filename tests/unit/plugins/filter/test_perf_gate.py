@@ -178,3 +178,16 @@ def test_real_ansible_template_use():
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert '"msg": "inconclusive"' in proc.stdout
+
+
+def test_the_runner_is_started_for_what_the_layers_resolve_to_here():
+    layers = {"kernel": ["train_step", "dataloader"], "nccl": ["allreduce"], "memory": ["dataloader", "cpu_dataloader"]}
+    # one GPU: all-reduce needs two; every GPU workload once, in layer order
+    assert plugin.runner_workloads(layers, 1) == ["train_step", "dataloader"]
+    # no GPU: the CPU workloads
+    assert plugin.runner_workloads(layers, 0) == ["cpu_dataloader"]
+    # one built-in workload for every layer, or the user's program (not imported)
+    assert plugin.runner_workloads(layers, 1, "gemm") == ["gemm"]
+    assert plugin.runner_workloads(layers, 1, "command") == []
+    with pytest.raises(AnsibleFilterError, match="runner_for.kernel: unknown workload 'nope'"):
+        plugin.runner_workloads({"kernel": ["nope"]}, 1)

@@ -11,6 +11,7 @@ import json
 import os
 
 from ansible_collections.stacktune.gpu.plugins.filter.diagnose import (
+    diagnose_check,
     diagnose_layers,
     diagnose_target,
     diagnose_workloads,
@@ -65,7 +66,9 @@ def test_a_gpu_bound_diagnosis_measures_the_cpu_side_layers_on_its_program_alone
     assert plan["kernel"]["reason"].startswith(
         "measured on train_step alone, to check the expectation: the diagnosis (GPU-bound at its power cap)"
     )
-    assert plan["kernel"]["reason"].endswith("stacktune_diagnose_skip=false measures it on dataloader, cpu_dataloader too")
+    assert plan["kernel"]["reason"].endswith(
+        "stacktune_diagnose_skip=false measures it on dataloader, cpu_dataloader too"
+    )
     # its only workload was the diagnosed program: measured there, nothing else to leave out
     assert plan["cpu"]["workloads"] == ["train_step"] and not plan["cpu"]["skip"]
     assert plan["cpu"]["reason"].endswith("stacktune_diagnose_skip=false changes nothing here")
@@ -110,6 +113,18 @@ def test_the_filters():
     # the gate's own rule says what runs: on a host without GPUs train_step would not
     plan = diagnose_layers({"kernel": ["train_step", "cpu_dataloader"]}, d, {"workload": "train_step"}, "auto", True, 0)
     assert plan["kernel"]["skip"]
+
+
+def test_a_diagnosis_that_cannot_be_made_is_refused_before_the_host_is_taken():
+    # validate.yml asks this before the tune takes the host (the diagnosis runs after it)
+    assert diagnose_check(diagnose_target([], "auto", None, {"default": DEFAULT}, 0), 8, 5, 120) == ""
+    message = diagnose_check(diagnose_target([], "auto", "allreduce", {}, 0), 8, 5, 120)
+    assert message.startswith("stacktune_diagnose_workload: 'allreduce' is not a built-in workload that runs live")
+    message = diagnose_check(diagnose_target(["p", ""], "auto", None, {}, 0), 8, 5, 120)
+    assert message.startswith("stacktune_bench_live_command must be a list of non-empty strings")
+    assert "stacktune_diagnose_timeout must be a number from" in diagnose_check({"workload": "train_step"}, 8, 5, 0)
+    # nothing to diagnose (a command workload without a live command): the report says why
+    assert diagnose_check(diagnose_target([], "command", None, {}, 0), 8, 5, 120) == ""
 
 
 def test_the_report_leads_with_the_diagnosis():

@@ -16,6 +16,7 @@ import time
 import pytest
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.diagnose import run
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import HostLocked
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.registry import LIVE_WORKLOADS
 
 NAMES = {
@@ -52,6 +53,29 @@ def test_a_program_recorded_then_ended(tmp_path):
     assert len(got["steps"]) > 20 and got["steps"][0][1] == 20.0
     pid = int(next(iter(got["samples"][0]["tree"])))
     assert not alive(pid)
+
+
+def test_a_tune_lease_is_renewed_while_the_program_runs_and_its_loss_ends_the_diagnosis(tmp_path):
+    # a tune diagnoses under its lease: the tick (lease_ticker) runs about once a second
+    ticks = []
+    got = run.record(
+        program(tmp_path, STEPS),
+        seconds=1.2,
+        warmup_s=0.5,
+        first_step_timeout=20,
+        sample_hz=5,
+        tick=lambda: ticks.append(1),
+    )
+    assert 2 <= len(ticks) <= 4 and got["samples"]
+
+    # the run no longer holds the host (stopped, taken over): the diagnosis ends, the program too
+    def lost():
+        raise HostLocked("run r1 no longer holds the host")
+
+    started = time.monotonic()
+    with pytest.raises(HostLocked):
+        run.record(program(tmp_path, STEPS), seconds=30, warmup_s=0, first_step_timeout=20, sample_hz=5, tick=lost)
+    assert time.monotonic() - started < 10
 
 
 def test_the_process_group_is_killed_even_when_it_ignores_sigterm(tmp_path):
