@@ -25,6 +25,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.steps import judge
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial_loop import TrialError, runner_names
+from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.program import runner_preload
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._plain import plain
 
 # The documented positional order after ``policy`` (perf_gate.yml's ``positional``), kept as
@@ -81,13 +82,15 @@ def gate_settings_check(settings, budget=None, workloads=None):
     return ""
 
 
-def runner_workloads(layer_workloads, gpu_count=0, bench_workload="auto", data_dir=None):
+def runner_workloads(layer_workloads, gpu_count=0, bench_workload="auto", data_dir=None, importing=False):
     """The workloads the run's block runner is started for (what it imports): every layer's of
-    ``layer_workloads`` resolved for this host as the gate resolves them."""
+    ``layer_workloads`` resolved for this host as the gate resolves them. ``importing``: none
+    where the runner would import nothing for them (its start then costs nothing to hide)."""
     try:
-        return runner_names(plain(layer_workloads), int(gpu_count or 0), bench_workload, data_dir)
+        names = runner_names(plain(layer_workloads), int(gpu_count or 0), bench_workload, data_dir)
     except TrialError as exc:
         raise AnsibleFilterError("runner_workloads: %s" % exc) from None
+    return names if not importing or runner_preload(names) else []
 
 
 class FilterModule:

@@ -189,5 +189,8 @@ def test_the_runner_is_started_for_what_the_layers_resolve_to_here():
     # one built-in workload for every layer, or the user's program (not imported)
     assert plugin.runner_workloads(layers, 1, "gemm") == ["gemm"]
     assert plugin.runner_workloads(layers, 1, "command") == []
+    # started in the background only where it imports something (PyTorch for GPU workloads)
+    assert plugin.runner_workloads(layers, 1, importing=True) == ["train_step", "dataloader"]
+    assert plugin.runner_workloads(layers, 0, importing=True) == []
     with pytest.raises(AnsibleFilterError, match="runner_for.kernel: unknown workload 'nope'"):
         plugin.runner_workloads({"kernel": ["nope"]}, 1)
