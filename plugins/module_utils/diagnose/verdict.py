@@ -70,8 +70,9 @@ RULES = (
     ),
     (
         "input_storage",
-        "GPU (if any) utilisation < gpu_busy_pct and (iowait >= iowait_pct, or IO pressure >= "
-        "io_pressure_pct, or the program's processes in disk sleep in >= disk_wait_pct of snapshots)",
+        "GPU (if any) utilisation < gpu_busy_pct and (a process of the program in disk sleep in >= "
+        "disk_wait_pct of snapshots, or iowait >= iowait_pct or IO pressure >= io_pressure_pct while no "
+        "process of the program is saturated: the host's waits may be other work's)",
     ),
     (
         "input_loader",
@@ -225,11 +226,17 @@ def decide(profile, thresholds=None):
     prog = profile.get("program") or {}
     rows = prog.get("list") or []
     disk_wait = max([r.get("disk_wait_pct") or 0 for r in rows] or [0])
-    if (
-        (cpu.get("iowait_pct") or 0) >= t["iowait_pct"]
-        or io_pressure >= t["io_pressure_pct"]
-        or disk_wait >= t["disk_wait_pct"]
-    ):
+    host_io = (cpu.get("iowait_pct") or 0) >= t["iowait_pct"] or io_pressure >= t["io_pressure_pct"]
+    # iowait and IO pressure are the host's: other work's writes raise them too. A program one of
+    # whose processes runs all the time (saturated) is not the one waiting on them.
+    running = any(r.get("saturated") for r in rows)
+    if host_io and running and disk_wait < t["disk_wait_pct"]:
+        caveats = list(caveats) + [
+            "the host waited on storage (iowait %s%%, IO pressure %s%%), but not the program: a process of it "
+            "ran all the time, and none was in disk sleep in %s%% or more of snapshots"
+            % (_f(cpu.get("iowait_pct")), _f(io_pressure), _f(t["disk_wait_pct"], digits=0))
+        ]
+    if (host_io and not running) or disk_wait >= t["disk_wait_pct"]:
         disk = profile.get("disk") or {}
         return _out(
             "input_storage",

@@ -131,6 +131,20 @@ def test_host_memory_and_storage_thresholds(over, expected):
     assert got["verdict"] == expected, got
 
 
+def test_the_hosts_io_waits_are_not_laid_on_a_program_that_runs_all_the_time():
+    # seen in CI: a program spinning its main process, the host's IO pressure 20.5% from another
+    # job's writes; the program never in disk sleep
+    got = verdict.decide(base(main=1.0, pressure__io_some_pct=20.5))
+    assert got["verdict"] == "cpu_main", got
+    assert any(
+        "the host waited on storage (iowait 0%, IO pressure 20.5%), but not the program" in c for c in got["caveats"]
+    )
+    # its own processes in disk sleep: storage whatever else runs
+    p = base(main=1.0, pressure__io_some_pct=20.5)
+    p["program"]["list"][0]["disk_wait_pct"] = 30
+    assert verdict.decide(p)["verdict"] == "input_storage"
+
+
 def test_storage_from_disk_sleep():
     p = base(gpu_util=20)
     p["program"]["list"][0]["disk_wait_pct"] = 30
