@@ -114,8 +114,11 @@ installed: deps-test
 image: deps-test
 	tests/molecule/build-image.sh
 
+# A scenario's reports live in molecule's ephemeral directory, which a killed run leaves behind:
+# they are removed first, so that a scenario counts only its own run's reports.
 molecule: image
-	@set -e; for s in $(SCENARIOS); do echo "== molecule scenario $$s ($$(date -u +%T))"; molecule test -s $$s; done
+	@set -e; for s in $(SCENARIOS); do echo "== molecule scenario $$s ($$(date -u +%T))"; \
+	  rm -rf "$(ANSIBLE_HOME)"/tmp/molecule.*."$$s"/reports; molecule test -s $$s; done
 
 ## make cores: sanity, unit tests and the cores scenario (tune, gate, rollback) on every other supported ansible-core
 cores: deps-test deps-cores image
