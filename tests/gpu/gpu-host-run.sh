@@ -12,7 +12,7 @@ RUN_DIR="${RUN_DIR:-/tmp/stacktune-gpu-run}"
 mkdir -p "$RUN_DIR"
 log="$RUN_DIR/gpu-host-run.log"
 exec > >(tee -a "$log") 2>&1
-steps="${*:-capture pytest facts bench tune acceptance}"  # also: diagnose search safety failures signals cost cost-default gate-a gate-b calibrate nccl acceptance-depth cpuio record1 record-user live-windows live-gate live-user cores
+steps="${*:-capture pytest facts bench tune acceptance}"  # also: diagnose search safety failures signals signals-diagnose cost cost-default gate-a gate-b calibrate nccl acceptance-depth cpuio record1 record-user live-windows live-gate live-user cores
 py="${PYTHON:-python3}"
 if [ -d .whl ] && ! "$py" -c 'import ansible' 2>/dev/null; then
   "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -172,6 +172,35 @@ e = json.load(open("/var/lib/stacktune/layers/kernel.json")); print("journal ker
 print("lock:", json.load(open("/var/lib/stacktune/run.lock"))["holder"])'
       done
       run ap tune.yml -e stacktune_run_id=after-signals -e stacktune_report_dir="$RUN_DIR/reports" -e "$kvars"
+      run ap playbooks/rollback.yml
+      echo "state hash after the last rollback: $(state_hash final)"
+      diff "$RUN_DIR/state-before.txt" "$RUN_DIR/state-final.txt" && echo "ROLLBACK EXACT: state after rollback == before tune"
+      ;;
+    signals-diagnose)
+      # the default tune stopped while its program is diagnosed and its block runner starts in
+      # the background: SIGINT, SIGTERM, SIGKILL of the controller's process group; after each,
+      # what is left on the host; then a whole default tune and rollback
+      echo "state hash before: $(state_hash before)"
+      left() { pgrep -fa 'stacktune|AnsiballZ|async_wrapper' | grep -v -e pgrep -e gpu-host-run | cut -c1-150; }
+      for sig in INT TERM KILL; do
+        setsid "$py" -m ansible.cli.playbook tune.yml -e stacktune_run_id="diag-$sig" -e stacktune_report_dir="$RUN_DIR/reports" \
+          -e "$TUNE_VARS" > "$RUN_DIR/diag-$sig.log" 2>&1 &
+        pid=$!
+        for _i in $(seq 600); do grep -q "TASK.*Run the program and say where it is bound" "$RUN_DIR/diag-$sig.log" && break; sleep 0.2; done
+        sleep 4; echo "SIG$sig at $(date -u +%T) during the diagnosis; on the host:"; left
+        if [ "$sig" = KILL ]; then kill -KILL -- "-$pid"; else kill -"$sig" "$pid"; fi
+        wait "$pid"; echo "ansible-playbook exit status $? at $(date -u +%T)"
+        tail -n 6 "$RUN_DIR/diag-$sig.log" | cut -c1-300
+        for i in $(seq 40); do [ -z "$(left | grep -v watchdog)" ] && break; sleep 0.5; done
+        echo "after $((i / 2)) s, left on the host:"; left
+        "$py" -c 'import json
+d = json.load(open("/var/lib/stacktune/run.lock")); h = d.get("holder"); print("lock:", h and h.get("run_id"))'
+        echo "state hash after SIG$sig: $(state_hash "diag$sig")"
+        diff "$RUN_DIR/state-before.txt" "$RUN_DIR/state-diag$sig.txt" && echo "SIG$sig EXACT: state == before tune"
+      done
+      t0=$(date +%s)
+      run ap tune.yml -e stacktune_run_id=after-diag-signals -e stacktune_report_dir="$RUN_DIR/reports" -e "$TUNE_VARS"
+      echo "default tune.yml after the signals: $(( $(date +%s) - t0 )) s"
       run ap playbooks/rollback.yml
       echo "state hash after the last rollback: $(state_hash final)"
       diff "$RUN_DIR/state-before.txt" "$RUN_DIR/state-final.txt" && echo "ROLLBACK EXACT: state after rollback == before tune"
