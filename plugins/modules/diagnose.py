@@ -54,7 +54,11 @@ options:
     type: float
     default: 20
   warmup_s:
-    description: Seconds after the first step line before the profile starts (0 to 600).
+    description:
+      - The longest warm-up, in seconds after the first step line, before the profile starts (0 to 600).
+      - The warm-up ends earlier once the step times have settled, the medians of two consecutive
+        seconds of steps (at least 5 steps each) within 3% of each other; never before 2 s after
+        the first step line. The result's C(diagnosis.program.warmup_s) says how long it was.
     type: float
     default: 5
   first_step_timeout:
@@ -153,7 +157,10 @@ diagnosis:
       description: The figures (cpu, memory, disk, net, pressure, program, gpus, steps, sampler).
       type: dict
     program:
-      description: What ran (C(command) or C(workload)) and when its first step came.
+      description: >-
+        What ran (C(command) or C(workload)), when its first step came (C(first_step_s)), how
+        long its warm-up was (C(warmup_s)) and whether its step times settled before the
+        longest warm-up (C(warmup_settled)).
       type: dict
     error:
       description: >-

@@ -186,8 +186,10 @@ print("lock:", json.load(open("/var/lib/stacktune/run.lock"))["holder"])'
         setsid "$py" -m ansible.cli.playbook tune.yml -e stacktune_run_id="diag-$sig" -e stacktune_report_dir="$RUN_DIR/reports" \
           -e "$TUNE_VARS" > "$RUN_DIR/diag-$sig.log" 2>&1 &
         pid=$!
-        for _i in $(seq 600); do grep -q "TASK.*Run the program and say where it is bound" "$RUN_DIR/diag-$sig.log" && break; sleep 0.2; done
-        sleep 4; echo "SIG$sig at $(date -u +%T) during the diagnosis; on the host:"; left
+        # the output shows a task once it ends: the host is taken and the program started
+        # about 1-2 s after the preflight checks, its first step about 8 s later
+        for _i in $(seq 600); do grep -q "Show the preflight checks" "$RUN_DIR/diag-$sig.log" && break; sleep 0.2; done
+        sleep 12; echo "SIG$sig at $(date -u +%T) during the diagnosis; on the host:"; left
         if [ "$sig" = KILL ]; then kill -KILL -- "-$pid"; else kill -"$sig" "$pid"; fi
         wait "$pid"; echo "ansible-playbook exit status $? at $(date -u +%T)"
         tail -n 6 "$RUN_DIR/diag-$sig.log" | cut -c1-300

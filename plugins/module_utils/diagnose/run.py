@@ -30,6 +30,12 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.live 
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.source import program_source
 
 GRACE_S = 5.0
+# The warm-up ends early once the program's step times have settled: two consecutive spans of
+# SETTLE_SPAN_S, each with at least SETTLE_MIN_STEPS steps, whose median steps agree within
+# SETTLE_TOL (so never before two spans after the first step); at the latest after warmup_s.
+SETTLE_SPAN_S = 1.0
+SETTLE_MIN_STEPS = 5
+SETTLE_TOL = 0.03
 # The names the messages use for the options; a caller (the role) gives its variables' names.
 NAMES = {
     "command": "command",
@@ -123,11 +129,31 @@ def _ticker(tick, clock, every=1.0):
     return maybe
 
 
-def _sleep_while_alive(prog, seconds, sleep, tick):
+def _sleep_while_alive(prog, seconds, sleep, tick, done=None):
     end = prog.now() + seconds
     while prog.now() < end and not prog.ended() and prog.broken is None:
+        if done is not None and done():
+            return
         tick()
         sleep(min(0.1, max(0.0, end - prog.now())))
+
+
+def _median(values):
+    v = sorted(values)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2.0
+
+
+def settled(steps, now):
+    """Whether the step times have settled at ``now``: the steps (``[t, ms]``, t on the
+    program's clock) of the last two spans of SETTLE_SPAN_S each number SETTLE_MIN_STEPS or
+    more, and their median steps agree within SETTLE_TOL."""
+    last = [ms for t, ms in steps if now - SETTLE_SPAN_S < t <= now]
+    before = [ms for t, ms in steps if now - 2 * SETTLE_SPAN_S < t <= now - SETTLE_SPAN_S]
+    if len(last) < SETTLE_MIN_STEPS or len(before) < SETTLE_MIN_STEPS:
+        return False
+    a, b = _median(last), _median(before)
+    return b > 0 and abs(a / b - 1.0) <= SETTLE_TOL
 
 
 def record(
@@ -143,10 +169,13 @@ def record(
     cwd=None,
     tick=None,
 ):
-    """Run ``argv``; wait for its first step line, let it warm up ``warmup_s``, then snapshot
-    it at ``sample_hz`` for ``seconds``. Returns ``{"steps", "samples", "first_step_s"}``
-    (times on one clock from the program's start). Raises DiagnoseError for a program that
-    ends, prints no step line, or stops printing them; the program is ended in every case.
+    """Run ``argv``; wait for its first step line, let it warm up until its step times have
+    settled (:func:`settled`, checked from two spans after the first step) or for ``warmup_s``,
+    whichever comes first, then snapshot it at ``sample_hz`` for ``seconds``. Returns
+    ``{"steps", "samples", "first_step_s", "warmup_s", "settled"}`` (times on one clock from
+    the program's start; ``warmup_s`` the warm-up it had, ``settled`` whether it ended early).
+    Raises DiagnoseError for a program that ends, prints no step line, or stops printing them;
+    the program is ended in every case.
     ``tick``: called about once a second while the program runs (a tune's lease: it renews
     it, and raises HostLocked once the run no longer holds the host)."""
     n = dict(NAMES, **(names or {}))
@@ -170,7 +199,15 @@ def record(
                 % (n["command"], first_step_timeout, n["first_step_timeout"], prog.stderr_tail())
             )
         first = prog.now()
-        _sleep_while_alive(prog, warmup_s, sleep, tick)
+        calm = {"at": None}
+
+        def done():
+            if prog.now() - first >= 2 * SETTLE_SPAN_S and settled(prog.steps, prog.now()):
+                calm["at"] = prog.now()
+            return calm["at"] is not None
+
+        _sleep_while_alive(prog, warmup_s, sleep, tick, done)
+        warm = prog.now() - first
         _check(prog, n, "during its warm-up (%s %s s after its first step)" % (n["warmup_s"], warmup_s))
         samples, period = [], 1.0 / sample_hz
         start = prog.now()
@@ -188,7 +225,13 @@ def record(
                 "%s: the program printed %d step line(s) in the %s s of the profile (%s): it stopped printing steps, "
                 "or a step takes longer than the profile" % (n["command"], len(got), seconds, n["seconds"])
             )
-        return {"steps": list(prog.steps), "samples": samples, "first_step_s": round(first, 3)}
+        return {
+            "steps": list(prog.steps),
+            "samples": samples,
+            "first_step_s": round(first, 3),
+            "warmup_s": round(warm, 3),
+            "settled": calm["at"] is not None,
+        }
     finally:
         prog.stop()
 
@@ -241,6 +284,7 @@ def diagnose(
     finally:
         if nvml is not None:
             nvml.close()
+    program.update(warmup_s=got["warmup_s"], warmup_settled=got["settled"])
     return assemble(
         got["samples"],
         meta,

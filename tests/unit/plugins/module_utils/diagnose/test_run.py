@@ -55,6 +55,40 @@ def test_a_program_recorded_then_ended(tmp_path):
     assert not alive(pid)
 
 
+def test_settled_needs_two_full_spans_whose_medians_agree():
+    steady = [[i * 0.05, 20.0 + (i % 3) * 0.1] for i in range(1, 41)]  # 2 s of 20 ms steps
+    assert run.settled(steady, 2.0)
+    # too few steps in a span (a program of 500 ms steps): never settled early
+    slow = [[i * 0.5, 500.0] for i in range(1, 5)]
+    assert not run.settled(slow, 2.0)
+    # still speeding up (a cache filling, a loader's first epoch): 20% apart
+    ramp = [[i * 0.05, 30.0 if i <= 20 else 24.0] for i in range(1, 41)]
+    assert not run.settled(ramp, 2.0)
+    # the last span within 3% of the one before
+    near = [[i * 0.05, 20.0 if i <= 20 else 20.5] for i in range(1, 41)]
+    assert run.settled(near, 2.0)
+
+
+def test_the_warm_up_ends_once_the_steps_settle_and_not_before_two_spans(tmp_path):
+    got = run.record(program(tmp_path, STEPS), seconds=0.6, warmup_s=10.0, first_step_timeout=20, sample_hz=5)
+    assert got["settled"] is True
+    assert 2 * run.SETTLE_SPAN_S <= got["warmup_s"] < 5.0
+
+
+def test_a_program_that_keeps_changing_gets_its_whole_warm_up(tmp_path):
+    # each second its steps take 20% longer: never two spans within 3% of each other
+    body = (
+        "t0 = time.monotonic()\n"
+        "while True:\n"
+        "    ms = 10.0 * 1.2 ** int(time.monotonic() - t0)\n"
+        "    time.sleep(ms / 1000.0)\n"
+        "    print(json.dumps({'step_ms': ms}), flush=True)\n"
+    )
+    got = run.record(program(tmp_path, body), seconds=0.6, warmup_s=3.0, first_step_timeout=20, sample_hz=5)
+    assert got["settled"] is False
+    assert got["warmup_s"] >= 3.0
+
+
 def test_a_tune_lease_is_renewed_while_the_program_runs_and_its_loss_ends_the_diagnosis(tmp_path):
     # a tune diagnoses under its lease: the tick (lease_ticker) runs about once a second
     ticks = []
