@@ -60,6 +60,8 @@ class CallbackModule(DefaultCallback):
         super().__init__()
         self._quiet_counts = {"ok": 0, "skipped": 0}
         self._started = time.time()
+        self._taken = set()  # hosts this run holds (run_lock took them and has not given them back)
+        self._last_task_name = None
 
     # ------------------------------------------------------------------ helpers
     def _verbose(self):
@@ -92,7 +94,18 @@ class CallbackModule(DefaultCallback):
         # Ctrl-C, a scheduler's SIGTERM, a closed terminal: wait for the gate to put the layer it
         # measures back, then say what each host was left in (plugin_utils/_interrupt.py)
         if threading.current_thread() is threading.main_thread():
-            install_controller_handlers()
+            install_controller_handlers(lambda: (self._last_task_name, set(self._taken)))
+
+    def _track_lock(self, result):
+        task = _get(result, "task")
+        if not str(task.action).endswith("run_lock"):
+            return
+        host = _get(result, "host").get_name()
+        res = _get(result, "result")
+        if "watchdog_pid" in res:  # taken, with the host's watchdog (tune, rollback, drift fix, calibrate)
+            self._taken.add(host)
+        elif res.get("holder") is None:  # given back
+            self._taken.discard(host)
 
     def v2_playbook_on_play_start(self, play):
         if self._verbose():
@@ -103,12 +116,14 @@ class CallbackModule(DefaultCallback):
         self._say("PLAY %s" % name, color="bright blue")
 
     def v2_playbook_on_task_start(self, task, is_conditional):
+        self._last_task_name = task.get_name().strip()
         if self._verbose():
             super().v2_playbook_on_task_start(task, is_conditional)
             return
         self._last_task_name = task.get_name().strip()
 
     def v2_playbook_on_handler_task_start(self, task):
+        self._last_task_name = task.get_name().strip()
         if self._verbose():
             super().v2_playbook_on_handler_task_start(task)
             return
@@ -153,6 +168,7 @@ class CallbackModule(DefaultCallback):
             self._handle_warnings(_get(result, "result"))
 
     def v2_runner_on_ok(self, result):
+        self._track_lock(result)
         if self._verbose():
             super().v2_runner_on_ok(result)
             return

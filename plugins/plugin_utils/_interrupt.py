@@ -185,10 +185,26 @@ def summary_lines(signame, records):
     return lines
 
 
-def install_controller_handlers():
+def between_lines(signame, task, hosts):
+    """What the controller prints after a signal when no host was measuring a layer but the run
+    had taken ``hosts`` (the task it stopped in: ``task``)."""
+    return [
+        "stacktune: stopped by %s during \"%s\"; no layer was being measured. Taken by this run: %s."
+        % (signame, task or "a task", ", ".join(sorted(hosts))),
+        "  Each host's watchdog ends the run there: it puts back a layer applied and not yet decided "
+        "and frees the lock, at once where the controller ran on the host itself, elsewhere once the "
+        "lease runs out (stacktune_lock_ttl), unless the next run from this controller takes the lock "
+        "over first. Layers already decided stay; undo them with make rollback (playbooks/rollback.yml).",
+    ]
+
+
+def install_controller_handlers(context=None):
     """In the ansible-playbook process: on SIGINT, SIGTERM or SIGHUP, pass the signal to the
     workers, wait for those that measure a layer to put it back (``CONTROLLER_WAIT_S`` at
-    most), print what each host was left in, then stop the way Ansible does."""
+    most), print what each host was left in, then stop the way Ansible does. ``context``: a
+    callable returning ``(task, hosts)``, the task running and the hosts the run had taken
+    (the callback tracks them): with no host measuring, :func:`between_lines` says what
+    happens to those."""
     import multiprocessing  # pylint: disable=import-outside-toplevel
 
     state = {"busy": False}
@@ -207,6 +223,10 @@ def install_controller_handlers():
         records = read_records(os.getpid())
         if records:
             _write("\n".join(summary_lines(signal.Signals(signum).name, records)) + "\n")
+        elif context is not None:
+            task, hosts = context()
+            if hosts:
+                _write("\n".join(between_lines(signal.Signals(signum).name, task, hosts)) + "\n")
         with contextlib.suppress(OSError):
             for name in os.listdir(record_dir(os.getpid())):
                 os.unlink(os.path.join(record_dir(os.getpid()), name))

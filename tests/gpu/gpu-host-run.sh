@@ -193,7 +193,7 @@ print("lock:", json.load(open("/var/lib/stacktune/run.lock"))["holder"])'
         if [ "$sig" = KILL ]; then kill -KILL -- "-$pid"; else kill -"$sig" "$pid"; fi
         wait "$pid"; echo "ansible-playbook exit status $? at $(date -u +%T)"
         tail -n 6 "$RUN_DIR/diag-$sig.log" | cut -c1-300
-        for i in $(seq 40); do [ -z "$(left | grep -v watchdog)" ] && break; sleep 0.5; done
+        for i in $(seq 40); do left | grep -qv watchdog || break; sleep 0.5; done
         echo "after $((i / 2)) s, left on the host:"; left
         "$py" -c 'import json
 d = json.load(open("/var/lib/stacktune/run.lock")); h = d.get("holder"); print("lock:", h and h.get("run_id"))'

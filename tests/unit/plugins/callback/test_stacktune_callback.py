@@ -122,3 +122,21 @@ def test_a_looped_debug_var_shows_the_variable_asked_for(callback):
     out = "\n".join(callback.lines)
     assert '    item: "kernel"' in out and '    item: "nccl"' in out
     assert "idx" not in out
+
+
+def test_the_hosts_a_run_holds_are_tracked_for_a_signal_between_measurements(callback):
+    # what the controller's signal handler is told when no host is measuring a layer
+    host = Host("gpu01")
+    take = task("Take the host for this run (a second run is refused, naming the first)", "stacktune.gpu.run_lock")
+    callback.v2_playbook_on_task_start(take, False)
+    callback.v2_runner_on_ok(result(host, take, {"holder": {"run_id": "r1"}, "watchdog_pid": 4242}))
+    assert callback._taken == {"gpu01"}
+    check = task("Check that the run still holds the host", "stacktune.gpu.run_lock")
+    callback.v2_runner_on_ok(result(host, check, {"holder": {"run_id": "r1"}}))
+    assert callback._taken == {"gpu01"}
+    diagnose = task("Run the program and say where it is bound (read-only)", "stacktune.gpu.diagnose")
+    callback.v2_playbook_on_task_start(diagnose, False)
+    assert callback._last_task_name == "Run the program and say where it is bound (read-only)"
+    give = task("Give the host back", "stacktune.gpu.run_lock")
+    callback.v2_runner_on_ok(result(host, give, {"holder": None}))
+    assert callback._taken == set()

@@ -88,3 +88,21 @@ def test_the_guard_sees_its_controller_die():
     with Guard(parent=os.getppid() + 100000), pytest.raises(Interrupted) as exc:
         time.sleep(3)
     assert exc.value.orphaned and "is gone" in exc.value.why
+
+
+def test_a_signal_between_measurements_says_what_the_hosts_taken_are_left_in(tmp_path):
+    # a real process: the controller's handlers with the callback's context, then SIGINT to itself
+    prog = tmp_path / "controller.py"
+    prog.write_text(
+        "import os, signal, sys, time\n"
+        "from ansible_collections.stacktune.gpu.plugins.plugin_utils import _interrupt\n"
+        "_interrupt.install_controller_handlers(lambda: ('Run the program and say where it is bound', {'gpu01'}))\n"
+        "os.kill(os.getpid(), signal.SIGINT)\n"
+        "time.sleep(5)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run([sys.executable, str(prog)], capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert done.returncode != 0  # it stopped the way the previous handler does (KeyboardInterrupt)
+    assert 'stacktune: stopped by SIGINT during "Run the program and say where it is bound"' in done.stdout
+    assert "no layer was being measured. Taken by this run: gpu01." in done.stdout
+    assert "watchdog ends the run there" in done.stdout and "make rollback" in done.stdout
