@@ -189,7 +189,7 @@ def between_lines(signame, task, hosts):
     """What the controller prints after a signal when no host was measuring a layer but the run
     had taken ``hosts`` (the task it stopped in: ``task``)."""
     return [
-        "stacktune: stopped by %s during \"%s\"; no layer was being measured. Taken by this run: %s."
+        'stacktune: stopped by %s during "%s"; no layer was being measured. Taken by this run: %s.'
         % (signame, task or "a task", ", ".join(sorted(hosts))),
         "  Each host's watchdog ends the run there: it puts back a layer applied and not yet decided "
         "and frees the lock, at once where the controller ran on the host itself, elsewhere once the "
