@@ -179,10 +179,11 @@ print("lock:", json.load(open("/var/lib/stacktune/run.lock"))["holder"])'
     signals-diagnose)
       # the default tune stopped while its program is diagnosed and its block runner starts in
       # the background: SIGINT, SIGTERM, SIGKILL of the controller's process group; after each,
-      # what is left on the host; then a whole default tune and rollback
+      # what is left on the host; then a whole default tune and rollback (DIAG_SIGNALS picks
+      # some cases and skips that tune)
       echo "state hash before: $(state_hash before)"
       left() { pgrep -fa 'stacktune|AnsiballZ|async_wrapper' | grep -v -e pgrep -e gpu-host-run | cut -c1-150; }
-      for sig in INT TERM KILL; do
+      for sig in ${DIAG_SIGNALS:-INT TERM KILL}; do
         setsid "$py" -m ansible.cli.playbook tune.yml -e stacktune_run_id="diag-$sig" -e stacktune_report_dir="$RUN_DIR/reports" \
           -e "$TUNE_VARS" > "$RUN_DIR/diag-$sig.log" 2>&1 &
         pid=$!
@@ -200,6 +201,7 @@ d = json.load(open("/var/lib/stacktune/run.lock")); h = d.get("holder"); print("
         echo "state hash after SIG$sig: $(state_hash "diag$sig")"
         diff "$RUN_DIR/state-before.txt" "$RUN_DIR/state-diag$sig.txt" && echo "SIG$sig EXACT: state == before tune"
       done
+      [ -z "${DIAG_SIGNALS:-}" ] || continue  # DIAG_SIGNALS="INT TERM": only those cases
       t0=$(date +%s)
       run ap tune.yml -e stacktune_run_id=after-diag-signals -e stacktune_report_dir="$RUN_DIR/reports" -e "$TUNE_VARS"
       echo "default tune.yml after the signals: $(( $(date +%s) - t0 )) s"
