@@ -41,6 +41,7 @@ import time
 from ansible import context
 from ansible.plugins.callback.default import CallbackModule as DefaultCallback
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._interrupt import install_controller_handlers
+from ansible_collections.stacktune.gpu.plugins.plugin_utils._preload import preload
 
 
 def _get(result, name):
@@ -91,6 +92,8 @@ class CallbackModule(DefaultCallback):
     # ------------------------------------------------------------------ plays and tasks
     def v2_playbook_on_start(self, playbook):
         super().v2_playbook_on_start(playbook)
+        # once here rather than in every task's worker process (plugin_utils/_preload.py)
+        preload()
         # Ctrl-C, a scheduler's SIGTERM, a closed terminal: wait for the gate to put the layer it
         # measures back, then say what each host was left in (plugin_utils/_interrupt.py)
         if threading.current_thread() is threading.main_thread():

@@ -13,6 +13,7 @@ loads it.
 import shlex
 
 from ansible.module_utils.common.text.converters import to_native
+from ansible.plugins.connection import ConnectionBase
 from ansible_collections.containers.podman.plugins.connection.podman import Connection as PodmanConnection
 
 DOCUMENTATION = """
@@ -77,6 +78,16 @@ class Connection(PodmanConnection):
     def is_pipelining_enabled(self, wrap_async=False):
         # async tasks need the module file on the container; everything else is piped
         return not wrap_async
+
+    def _connect(self):
+        # containers.podman before 1.20 mounts the container's filesystem at every connection,
+        # that is for every task: one more podman call per module. Files are copied with
+        # `podman cp` instead, one podman call per file either way.
+        if not self._connected:
+            ConnectionBase._connect(self)
+            self._mount_point = None
+            self._connected = True
+        return self
 
     def exec_command(self, cmd, in_data=None, sudoable=False):
         # containers.podman 1.20 and later pipe in_data through podman exec -i themselves
