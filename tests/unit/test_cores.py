@@ -13,6 +13,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import ast
 import glob
 import os
 import re
@@ -141,3 +142,33 @@ def test_the_cores_driver_compares_report_shapes_but_not_what_was_measured():
         ".layers[].gate.ci: number vs empty string",
         ".layers[].gate.n: number vs string",
     ]
+
+
+def _one_core_marked(node):
+    return any(isinstance(deco, ast.Attribute) and deco.attr == "one_core" for deco in node.decorator_list)
+
+
+def test_a_file_with_one_core_tests_keeps_a_test_on_every_core():
+    """A test marked one_core (pytest.ini) runs on the main version only; the Ansible-facing part
+    of its file (the plugin's import and construction, the module's argument handling) must still
+    run on every core through another test of the file, and only core-facing files need the mark."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "stacktune_unit_conftest", os.path.join(REPO, "tests", "unit", "conftest.py")
+    )
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    marked_files = 0
+    for path in glob.glob(os.path.join(REPO, "tests", "unit", "**", "test_*.py"), recursive=True):
+        with open(path) as handle:
+            tree = ast.parse(handle.read(), path)
+        tests = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
+        marked = [n.name for n in tests if _one_core_marked(n)]
+        if not marked:
+            continue
+        marked_files += 1
+        rel = os.path.relpath(path, REPO)
+        assert len(marked) < len(tests), "%s: every test is one_core; none runs on the other cores" % rel
+        assert conftest.core_facing(path), "%s: one_core marks a file that the other cores skip anyway" % rel
+    assert marked_files >= 1

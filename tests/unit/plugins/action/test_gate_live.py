@@ -116,6 +116,7 @@ def args_for(prog, layer_file, policy="no_regression"):
     }
 
 
+@pytest.mark.one_core
 def test_a_slower_layer_is_seen_in_one_running_process_and_put_back(program, monkeypatch):
     prog, layer_file = program
     host = Host(layer_file, slow=1.5)
@@ -139,6 +140,7 @@ def test_a_slower_layer_is_seen_in_one_running_process_and_put_back(program, mon
     assert len(res["samples"]["with"]) > 50 and len(res["samples"]["without"]) > 50
 
 
+@pytest.mark.one_core
 def test_an_identical_layer_is_kept_within_the_windows_budget(program, monkeypatch):
     prog, layer_file = program
     host = Host(layer_file, slow=1.0)
@@ -207,6 +209,7 @@ def test_live_quads_are_balanced_in_a_random_order():
     assert arms.count(True) == arms.count(False)
 
 
+@pytest.mark.one_core
 def test_the_runner_is_gone_after_the_trial(program, monkeypatch):
     prog, layer_file = program
     host = Host(layer_file, slow=1.0)
@@ -242,6 +245,7 @@ class CrashHost(Host):
             handle.write("crash" if on else "fine")
 
 
+@pytest.mark.one_core
 def test_a_layer_that_makes_the_running_program_fail_is_rolled_back_with_that_cause(tmp_path, monkeypatch):
     prog = tmp_path / "crash.py"
     prog.write_text(CRASHING)

@@ -133,6 +133,7 @@ def args_for(prog, path, values, run_id=None):
     return a
 
 
+@pytest.mark.one_core
 def test_the_faster_candidate_is_chosen_in_one_program_and_kept(program, monkeypatch):
     prog, path = program
     host = Host(path, 3.0)  # the layer's role put the first candidate in place
@@ -153,6 +154,7 @@ def test_the_faster_candidate_is_chosen_in_one_program_and_kept(program, monkeyp
     assert switched[-1]["decision"]["value"] == 0.5
 
 
+@pytest.mark.one_core
 def test_candidates_no_better_than_the_host_leave_the_host_value(program, monkeypatch):
     prog, path = program
     host = Host(path, 2.0)
@@ -185,6 +187,7 @@ def test_a_bad_candidate_list_is_refused_naming_the_key(program, monkeypatch):
     assert host.calls == []
 
 
+@pytest.mark.one_core
 def test_an_interrupt_during_the_search_puts_the_host_back(program, monkeypatch, tmp_path):
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     tempfile.tempdir = None

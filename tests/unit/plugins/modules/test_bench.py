@@ -281,6 +281,7 @@ def test_command_not_found(capsys, tmp_path):
     assert failed and res["msg"].startswith("Failed to start command")
 
 
+@pytest.mark.one_core
 def test_command_timeout_kills_process_group(capsys, tmp_path):
     pidfile = tmp_path / "child.pid"
     code = """

@@ -50,6 +50,7 @@ def test_a_block_in_the_runner_is_a_block_of_its_own(runner):
     assert other["workload"] == "shm_pingpong"
 
 
+@pytest.mark.one_core
 def test_a_file_block_in_the_runner_and_one_killed_there_leave_nothing(runner, tmp_path):
     """The runner kills a block by its process group (SIGKILL): the file workload's private
     directory stays behind, and the next block removes it before it writes its own."""
@@ -69,6 +70,7 @@ def test_a_file_block_in_the_runner_and_one_killed_there_leave_nothing(runner, t
     assert os.listdir(str(data)) == []
 
 
+@pytest.mark.one_core
 def test_a_hang_in_the_runner_is_killed(runner):
     with pytest.raises(BenchFailure) as exc:
         measure(params(steps=10**7, timeout=1, runner_socket=runner["runner_socket"]))
@@ -101,6 +103,7 @@ def start_serving(tmp_path, holder):
     return proc, sock
 
 
+@pytest.mark.one_core
 def test_the_runner_ends_when_its_run_loses_the_host(tmp_path):
     proc, sock = start_serving(tmp_path, {"run_id": "r1", "expires_ts": time.time() + 600})
     assert proc.poll() is None
@@ -109,6 +112,7 @@ def test_the_runner_ends_when_its_run_loses_the_host(tmp_path):
     assert not os.path.exists(os.path.dirname(sock))
 
 
+@pytest.mark.one_core
 def test_the_runner_ends_when_its_controller_on_this_machine_is_gone(tmp_path):
     """A controller killed between two layers (SIGKILL: nothing releases the lease) leaves the
     run's runner idle; it ends as soon as it sees that the lease's controller process, on this

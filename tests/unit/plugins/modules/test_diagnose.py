@@ -30,6 +30,7 @@ def run_module(capsys, check_mode=False, **args):
     return json.loads(capsys.readouterr().out)
 
 
+@pytest.mark.one_core
 @pytest.mark.parametrize("check_mode", [False, True])
 def test_a_spinning_program(capsys, tmp_path, check_mode):
     prog = tmp_path / "spin.py"
