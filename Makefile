@@ -25,8 +25,8 @@ REPLAY_ARGS ?=
 # sysfs values are the machine's, which the other scenarios hash), run alone after the two
 # lanes; the others run in the lanes, beside lint and unit tests. docs/safety.md describes `safety`.
 SCENARIOS_TIMED ?= gate live failures faults search diagnose privileged
-SCENARIOS_LANE_A ?= safety default layers grubby_tree
-SCENARIOS_LANE_B ?= fleet cpuio cpuio_tree
+SCENARIOS_LANE_A ?= safety default
+SCENARIOS_LANE_B ?= fleet cpuio cpuio_tree layers grubby_tree
 # Molecule scenarios run by `make test` and `make molecule` (space separated), e.g. SCENARIOS=layers
 SCENARIOS ?= $(SCENARIOS_TIMED) $(SCENARIOS_LANE_A) $(SCENARIOS_LANE_B)
 PY_SOURCES := plugins tests benchmarks
