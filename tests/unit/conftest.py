@@ -208,9 +208,11 @@ def pytest_collection_modifyitems(config, items):
     """On the other ansible-core versions, leave out the tests marked one_core (pytest.ini)."""
     if os.environ.get("STACKTUNE_CORE_FACING_ONLY") != "1":
         return
-    kept = [item for item in items if item.get_closest_marker("one_core") is None]
-    if len(kept) < len(items):
-        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+    kept, dropped = [], []
+    for item in items:
+        (dropped if item.get_closest_marker("one_core") else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
         items[:] = kept
 
 

@@ -103,14 +103,22 @@ def test_module_utils_import_no_ansible_core():
     assert not found, found
 
 
-def test_the_core_facing_tests_are_chosen_by_what_they_import():
-    """The selection `make cores` uses: a plugin test is in, a module_utils-only test is out."""
+def _unit_conftest():
+    """tests/unit/conftest.py as a module: the selection `make cores` uses."""
     import importlib.util
 
-    unit = os.path.join(REPO, "tests", "unit")
-    spec = importlib.util.spec_from_file_location("stacktune_unit_conftest", os.path.join(unit, "conftest.py"))
+    spec = importlib.util.spec_from_file_location(
+        "stacktune_unit_conftest", os.path.join(REPO, "tests", "unit", "conftest.py")
+    )
     conftest = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(conftest)
+    return conftest
+
+
+def test_the_core_facing_tests_are_chosen_by_what_they_import():
+    """The selection `make cores` uses: a plugin test is in, a module_utils-only test is out."""
+    unit = os.path.join(REPO, "tests", "unit")
+    conftest = _unit_conftest()
     assert conftest.core_facing(os.path.join(unit, "plugins", "callback", "test_stacktune_callback.py"))
     assert conftest.core_facing(os.path.join(unit, "plugins", "action", "test_gate_layer.py"))
     assert conftest.core_facing(os.path.join(unit, "test_release.py"))
@@ -152,13 +160,7 @@ def test_a_file_with_one_core_tests_keeps_a_test_on_every_core():
     """A test marked one_core (pytest.ini) runs on the main version only; the Ansible-facing part
     of its file (the plugin's import and construction, the module's argument handling) must still
     run on every core through another test of the file, and only core-facing files need the mark."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "stacktune_unit_conftest", os.path.join(REPO, "tests", "unit", "conftest.py")
-    )
-    conftest = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(conftest)
+    conftest = _unit_conftest()
     marked_files = 0
     for path in glob.glob(os.path.join(REPO, "tests", "unit", "**", "test_*.py"), recursive=True):
         with open(path) as handle:
