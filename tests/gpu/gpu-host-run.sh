@@ -306,17 +306,18 @@ d = json.load(open("/var/lib/stacktune/run.lock")); h = d.get("holder"); print("
       ;;
     search)
       # a search of the power limit in one running GPU-bound program: the throughput objective,
-      # then efficiency with max_slowdown 0.05; each then rolled back (the limit back to 700 W)
+      # then efficiency with max_slowdown 0.05 (SEARCH_MAX_SLOWDOWN); each then rolled back (the
+      # limit back to 700 W)
       nvidia-smi -pl 700 >/dev/null
       prog="$PWD/tests/gpu/transformer_program.py"
       for objective in ${SEARCH_OBJECTIVES:-throughput efficiency}; do
         t0=$(date +%s)
         run ap tune.yml -e stacktune_run_id="search-$objective" -e stacktune_report_dir="$RUN_DIR/reports" -e "{\"stacktune_layers\":
           [\"gpu_settings\"], \"gpu_settings_power_limit_watts\": [700, 650, 600, 550, 500, 450],
-          \"stacktune_search_objective\": \"$objective\", \"stacktune_gate_max_slowdown\": 0.05,
+          \"stacktune_search_objective\": \"$objective\", \"stacktune_gate_max_slowdown\": ${SEARCH_MAX_SLOWDOWN:-0.05},
           \"stacktune_bench_workload\": \"command\", \"stacktune_bench_command\": [\"$py\", \"$prog\", \"--steps\", \"120\"],
           \"stacktune_bench_live_command\": [\"$py\", \"$prog\"]}"
-        echo "search ($objective): tune.yml took $(( $(date +%s) - t0 )) s; limit now $(nvidia-smi --query-gpu=power.limit --format=csv,noheader)"
+        echo "search ($objective, max_slowdown ${SEARCH_MAX_SLOWDOWN:-0.05}): tune.yml took $(( $(date +%s) - t0 )) s; limit now $(nvidia-smi --query-gpu=power.limit --format=csv,noheader)"
         run ap playbooks/rollback.yml
         echo "after rollback: $(nvidia-smi --query-gpu=power.limit --format=csv,noheader)"
       done
