@@ -24,11 +24,12 @@ REPLAY_ARGS ?=
 # times measured on this machine, and those on privileged containers (their live sysctl and
 # sysfs values are the machine's, which the other scenarios hash), run alone after the two
 # lanes; the others run in the lanes, beside lint and unit tests. docs/safety.md describes `safety`.
-SCENARIOS_TIMED ?= gate live failures faults search diagnose privileged
+SCENARIOS_TIMED ?= gate failures diagnose privileged
 SCENARIOS_LANE_A ?= safety default
 SCENARIOS_LANE_B ?= fleet cpuio cpuio_tree layers grubby_tree
+SCENARIOS_LANE_C ?= live search faults
 # Molecule scenarios run by `make test` and `make molecule` (space separated), e.g. SCENARIOS=layers
-SCENARIOS ?= $(SCENARIOS_TIMED) $(SCENARIOS_LANE_A) $(SCENARIOS_LANE_B)
+SCENARIOS ?= $(SCENARIOS_TIMED) $(SCENARIOS_LANE_A) $(SCENARIOS_LANE_B) $(SCENARIOS_LANE_C)
 PY_SOURCES := plugins tests benchmarks
 
 .PHONY: tune verify drift rollback calibrate diagnose facts test lint sanity unit installed molecule cores deps-cores test-safety test-gpu bench bench-gate bench-facts bench-drift deps-run deps-test image clean
@@ -62,26 +63,33 @@ facts: deps-run
 	ansible-playbook playbooks/facts.yml $(ARGS)
 
 ## make test: every check CI runs: lint, sanity, unit tests, the installed collection, molecule scenarios, the other ansible-core versions
-# Two lanes, then the timed scenarios alone. Lane A: lint, sanity, the unit tests, the installed
+# Three lanes, then the timed scenarios alone. Lane A: lint, sanity, the unit tests, the installed
 # collection, then the molecule scenarios of SCENARIOS_LANE_A. Lane B: the other ansible-core
-# versions' venvs, sanity and unit tests and the cores scenario (its step times are printed, not
-# timed), then the scenarios of SCENARIOS_LANE_B. Each lane keeps about one core busy; lane B's
-# output follows lane A's. Then the scenarios of SCENARIOS_TIMED (a gate judging step times
-# measured on this machine, or privileged containers) run alone. A scenario runs only if
-# SCENARIOS names it.
+# versions' venvs, sanity and unit tests and the cores scenario, then the scenarios of
+# SCENARIOS_LANE_B. Lane C: the scenarios of SCENARIOS_LANE_C, mostly waiting (a lease to
+# expire, live trials). A scenario beside others judges step times its program prints, never
+# ones it times (--printed). Lanes B's and C's output follows lane A's. Then the scenarios of
+# SCENARIOS_TIMED (a gate or a diagnosis judging what it measures on this machine, or
+# privileged containers) run alone. A scenario runs only if SCENARIOS names it.
 # docs/benchmarks.md has the times.
 test: deps-test image
-	@set -e; lane="$$(mktemp "$${TMPDIR:-/tmp}/stacktune-lane-b.XXXXXX")"; \
+	@set -e; lane="$$(mktemp "$${TMPDIR:-/tmp}/stacktune-lane-b.XXXXXX")"; lanec="$$lane.c"; \
 	echo "== lane B, beside lane A: the other ansible-core versions, then molecule $(strip $(filter $(SCENARIOS),$(SCENARIOS_LANE_B))) ($$(date -u +%T))"; \
+	echo "== lane C, beside lane A: molecule $(strip $(filter $(SCENARIOS),$(SCENARIOS_LANE_C))) ($$(date -u +%T))"; \
 	( $(MAKE) --no-print-directory deps-cores && tools/test-cores.sh \
 	  && $(MAKE) --no-print-directory molecule SCENARIOS="$(filter $(SCENARIOS),$(SCENARIOS_LANE_B))" ) > "$$lane" 2>&1 & other=$$!; \
+	$(MAKE) --no-print-directory molecule SCENARIOS="$(filter $(SCENARIOS),$(SCENARIOS_LANE_C))" > "$$lanec" 2>&1 & third=$$!; \
 	main=0; $(MAKE) --no-print-directory lint sanity unit installed || main=$$?; \
 	[ $$main -ne 0 ] || $(MAKE) --no-print-directory molecule SCENARIOS="$(filter $(SCENARIOS),$(SCENARIOS_LANE_A))" || main=$$?; \
 	cores=0; wait $$other || cores=$$?; \
+	waiting=0; wait $$third || waiting=$$?; \
 	echo "== lane B, run beside the above (done $$(date -u +%T)):"; \
 	cat "$$lane"; rm -f "$$lane"; \
+	echo "== lane C, run beside the above:"; \
+	cat "$$lanec"; rm -f "$$lanec"; \
 	[ $$main -eq 0 ] || { echo "stacktune: make test: lane A (lint, sanity, unit, installed or its scenarios) failed (above)" >&2; exit 1; }; \
 	[ $$cores -eq 0 ] || { echo "stacktune: make test: lane B (the other ansible-core versions or its scenarios) failed (above)" >&2; exit 1; }; \
+	[ $$waiting -eq 0 ] || { echo "stacktune: make test: lane C (its scenarios) failed (above)" >&2; exit 1; }; \
 	$(MAKE) --no-print-directory molecule SCENARIOS="$(filter $(SCENARIOS),$(SCENARIOS_TIMED))"
 
 deps-run:

@@ -3,10 +3,11 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """`make test` runs every molecule scenario: each one of extensions/molecule/ is in exactly one
-of the Makefile's groups (timed, alone; lane A; lane B), the cores scenario through
+of the Makefile's groups (timed, alone; lanes A, B and C), the cores scenario through
 tools/test-cores.sh; a scenario beside other tests has no gate judging step times it measures
-itself, and no privileged container (its live sysctl and sysfs values are the machine's: a
-scenario beside it hashing its own container's live values saw them move)."""
+itself (its step programs print them: --printed), and no privileged container (its live sysctl
+and sysfs values are the machine's: a scenario beside it hashing its own container's live values
+saw them move)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -18,7 +19,8 @@ import re
 import yaml
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-GROUPS = ("SCENARIOS_TIMED", "SCENARIOS_LANE_A", "SCENARIOS_LANE_B")
+GROUPS = ("SCENARIOS_TIMED", "SCENARIOS_LANE_A", "SCENARIOS_LANE_B", "SCENARIOS_LANE_C")
+BESIDE = ("SCENARIOS_LANE_A", "SCENARIOS_LANE_B", "SCENARIOS_LANE_C")
 
 
 def makefile_groups():
@@ -42,7 +44,9 @@ def test_every_scenario_is_in_one_group_of_make_test():
     named = [s for names in groups.values() for s in names]
     assert sorted(set(named)) == sorted(named), "a scenario is in two groups: %s" % groups
     assert sorted(named + ["cores"]) == scenarios, "make test does not run exactly the scenarios there are"
-    assert "$(SCENARIOS_TIMED) $(SCENARIOS_LANE_A) $(SCENARIOS_LANE_B)" in text
+    assert "$(SCENARIOS_TIMED) $(SCENARIOS_LANE_A) $(SCENARIOS_LANE_B) $(SCENARIOS_LANE_C)" in text
+    for name in GROUPS:
+        assert "$(filter $(SCENARIOS),$(%s))" % name in text, "make test does not run %s" % name
     with open(os.path.join(REPO, "tools", "test-cores.sh")) as handle:
         assert "molecule test -s cores" in handle.read()
 
@@ -59,9 +63,37 @@ def test_the_cores_scenario_runs_beside_other_tests_on_printed_step_times():
 
 def test_a_scenario_on_privileged_containers_runs_alone():
     _text, groups = makefile_groups()
-    beside = groups["SCENARIOS_LANE_A"] + groups["SCENARIOS_LANE_B"] + ["cores"]
+    beside = [s for name in BESIDE for s in groups[name]] + ["cores"]
     for name in beside:
         with open(os.path.join(REPO, "extensions", "molecule", name, "molecule.yml")) as handle:
             platforms = yaml.safe_load(handle)["platforms"]
         privileged = [p["name"] for p in platforms if p.get("privileged")]
         assert not privileged, "%s runs beside other tests on privileged containers %s" % (name, privileged)
+
+
+def test_a_gated_scenario_beside_other_tests_runs_programs_that_print_their_step_times():
+    """A scenario in a lane whose gate measures a command of its own runs it with --printed, and
+    the program there honours it; a command the scenario never reaches (faults: the apply fails
+    first) times nothing."""
+    _text, groups = makefile_groups()
+    seen = []
+    for scenario in (s for name in BESIDE for s in groups[name]):
+        base = os.path.join(REPO, "extensions", "molecule", scenario)
+        with open(os.path.join(base, "molecule.yml")) as handle:
+            inventory = yaml.safe_load(handle)["provisioner"].get("inventory", {})
+        group_vars = inventory.get("group_vars", {}).get("all", {})
+        if group_vars.get("stacktune_gate") is False:
+            continue
+        for key in ("stacktune_bench_command", "stacktune_bench_live_command"):
+            command = group_vars.get(key)
+            if not command:
+                continue
+            seen.append(scenario)
+            if command[:2] == ["python3", "-c"]:
+                assert "time" not in command[2], "%s: %s times its steps beside other tests" % (scenario, key)
+                continue
+            assert "--printed" in command, "%s: %s times its steps beside other tests: %s" % (scenario, key, command)
+            program = os.path.join(base, "files", os.path.basename(command[1]))
+            with open(program) as handle:
+                assert '"--printed" in sys.argv' in handle.read(), "%s does not print its step times" % program
+    assert {"live", "search"} <= set(seen), seen
