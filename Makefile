@@ -20,10 +20,10 @@ export CORES_VENVS
 ARGS ?=
 # Extra arguments for benchmarks/gate_replay.py in make bench-gate, e.g. REPLAY_ARGS="--draws 50"
 REPLAY_ARGS ?=
-# The molecule scenarios by where `make test` runs them. Those whose verdict depends on step
-# times measured on this machine, and those on privileged containers (their live sysctl and
-# sysfs values are the machine's, which the other scenarios hash), run alone after the two
-# lanes; the others run in the lanes, beside lint and unit tests. docs/safety.md describes `safety`.
+# The molecule scenarios by where `make test` runs them. Those whose verdict depends on what
+# they measure on this machine, and those on privileged containers whose layers change the
+# machine's live values (which the other scenarios hash), run alone after the three lanes; the
+# others run in the lanes, beside lint and unit tests. docs/safety.md describes `safety`.
 SCENARIOS_TIMED ?= gate diagnose privileged
 SCENARIOS_LANE_A ?= safety default
 SCENARIOS_LANE_B ?= fleet cpuio cpuio_tree layers grubby_tree
@@ -70,7 +70,8 @@ facts: deps-run
 # expire, live trials). A scenario beside others judges step times its program prints, never
 # ones it times (--printed). Lanes B's and C's output follows lane A's. Then the scenarios of
 # SCENARIOS_TIMED (a gate or a diagnosis judging what it measures on this machine, or
-# privileged containers that change the machine's live values) run alone. A scenario runs only if SCENARIOS names it.
+# privileged containers that change the machine's live values) run alone. A scenario runs only
+# if SCENARIOS names it.
 # docs/benchmarks.md has the times.
 test: deps-test image
 	@set -e; lane="$$(mktemp "$${TMPDIR:-/tmp}/stacktune-lane-b.XXXXXX")"; lanec="$$lane.c"; \

@@ -71,6 +71,10 @@ def test_a_scenario_that_changes_the_machine_s_live_values_runs_alone():
     """A privileged container's sysctls, THP and IRQ affinities are the machine's: a scenario
     beside others may use one only where its layers change nothing of the machine."""
     _text, groups = makefile_groups()
+    with open(os.path.join(REPO, "roles", "memory", "defaults", "main.yml")) as handle:
+        defaults = yaml.safe_load(handle)
+    for var in MACHINE_WIDE_MEMORY:
+        assert defaults[var] is None, "memory's default %s changes the machine" % var
     beside = [s for name in BESIDE for s in groups[name]] + ["cores"]
     for name in beside:
         with open(os.path.join(REPO, "extensions", "molecule", name, "molecule.yml")) as handle:
@@ -85,10 +89,6 @@ def test_a_scenario_that_changes_the_machine_s_live_values_runs_alone():
         )
         for var in MACHINE_WIDE_MEMORY:
             assert group_vars.get(var) is None, "%s sets %s on a privileged container beside other tests" % (name, var)
-        with open(os.path.join(REPO, "roles", "memory", "defaults", "main.yml")) as handle:
-            defaults = yaml.safe_load(handle)
-        for var in MACHINE_WIDE_MEMORY:
-            assert defaults[var] is None, "memory's default %s changes the machine" % var
 
 
 def test_a_gated_scenario_beside_other_tests_runs_programs_that_print_their_step_times():
