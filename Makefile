@@ -21,13 +21,13 @@ ARGS ?=
 # Extra arguments for benchmarks/gate_replay.py in make bench-gate, e.g. REPLAY_ARGS="--draws 50"
 REPLAY_ARGS ?=
 # The molecule scenarios by where `make test` runs them. Those whose verdict depends on what
-# they measure on this machine, and those on privileged containers whose layers change the
-# machine's live values (which the other scenarios hash), run alone after the three lanes; the
-# others run in the lanes, beside lint and unit tests. docs/safety.md describes `safety`.
-SCENARIOS_TIMED ?= gate diagnose privileged
+# they measure on this machine run alone after the three lanes; the others run in the lanes,
+# beside lint and unit tests (a privileged container there changes no live value of the machine
+# that another scenario sets or reads). docs/safety.md describes `safety`.
+SCENARIOS_TIMED ?= gate diagnose
 SCENARIOS_LANE_A ?= safety default
 SCENARIOS_LANE_B ?= fleet cpuio cpuio_tree layers grubby_tree
-SCENARIOS_LANE_C ?= live search faults failures
+SCENARIOS_LANE_C ?= live search faults failures privileged
 # Molecule scenarios run by `make test` and `make molecule` (space separated), e.g. SCENARIOS=layers
 SCENARIOS ?= $(SCENARIOS_TIMED) $(SCENARIOS_LANE_A) $(SCENARIOS_LANE_B) $(SCENARIOS_LANE_C)
 PY_SOURCES := plugins tests benchmarks
@@ -69,9 +69,8 @@ facts: deps-run
 # SCENARIOS_LANE_B. Lane C: the scenarios of SCENARIOS_LANE_C, mostly waiting (a lease to
 # expire, live trials). A scenario beside others judges step times its program prints, never
 # ones it times (--printed). Lanes B's and C's output follows lane A's. Then the scenarios of
-# SCENARIOS_TIMED (a gate or a diagnosis judging what it measures on this machine, or
-# privileged containers that change the machine's live values) run alone. A scenario runs only
-# if SCENARIOS names it.
+# SCENARIOS_TIMED (a gate or a diagnosis judging what it measures on this machine) run alone.
+# A scenario runs only if SCENARIOS names it.
 # docs/benchmarks.md has the times.
 test: deps-test image
 	@set -e; lane="$$(mktemp "$${TMPDIR:-/tmp}/stacktune-lane-b.XXXXXX")"; lanec="$$lane.c"; \

@@ -62,33 +62,90 @@ def test_the_cores_scenario_runs_beside_other_tests_on_printed_step_times():
 
 
 # layers whose live values on a privileged container are the container's own (a /dev/shm mount, a
-# file), with the memory layer's machine-wide settings (THP, hugepages) left alone
+# file), with the memory layer's machine-wide settings left alone but for THP's defrag, which no
+# other scenario sets or reads (the safety driver's hash reads THP's enabled switch)
 CONTAINER_LOCAL_LAYERS = ("memory", "nccl")
 MACHINE_WIDE_MEMORY = ("memory_thp_enabled", "memory_thp_defrag", "memory_hugepages")
+UNREAD_MEMORY = ("memory_thp_defrag",)
+
+
+def _scenario_vars():
+    """Every scenario's group_vars for all, by name, with the cores driver's variables."""
+    found = {}
+    for name in sorted(os.listdir(os.path.join(REPO, "extensions", "molecule"))):
+        path = os.path.join(REPO, "extensions", "molecule", name, "molecule.yml")
+        if os.path.isfile(path):
+            with open(path) as handle:
+                config = yaml.safe_load(handle)
+            inventory = config.get("provisioner", {}).get("inventory", {})
+            found[name] = (config, inventory.get("group_vars", {}).get("all", {}))
+    return found
+
+
+def _sysctls_others_touch(scenarios, name):
+    """The sysctls that a kernel profile sets, the safety driver hashes, or another scenario
+    (or the cores and safety drivers) names."""
+    with open(os.path.join(REPO, "roles", "kernel", "vars", "main.yml")) as handle:
+        profiles = yaml.safe_load(handle)["__kernel_profiles"]
+    names = {key for profile in profiles.values() for key in profile}
+    with open(os.path.join(REPO, "tests", "integration", "safety.py")) as handle:
+        safety = handle.read()
+    hashed = re.search(r"for k in (.*?); do", safety[safety.index("HASH_SCRIPT") :], re.S).group(1)
+    names |= {key.replace("/", ".") for key in hashed.replace("\\", " ").split()}
+    names |= set(re.findall(r"\b(?:vm|kernel|net|fs)\.[a-z_.]+", safety))
+    with open(os.path.join(REPO, "tests", "integration", "cores.py")) as handle:
+        names |= set(re.findall(r"\b(?:vm|kernel|net|fs)\.[a-z_.]+", handle.read()))
+    for other, (_config, group_vars) in scenarios.items():
+        if other != name:
+            names |= set(group_vars.get("kernel_sysctl") or {})
+    return names
 
 
 def test_a_scenario_that_changes_the_machine_s_live_values_runs_alone():
     """A privileged container's sysctls, THP and IRQ affinities are the machine's: a scenario
-    beside others may use one only where its layers change nothing of the machine."""
+    beside others may use one only where its layers change nothing of the machine that another
+    scenario sets or reads: the kernel layer without a profile, on sysctls nobody else names."""
     _text, groups = makefile_groups()
     with open(os.path.join(REPO, "roles", "memory", "defaults", "main.yml")) as handle:
         defaults = yaml.safe_load(handle)
     for var in MACHINE_WIDE_MEMORY:
         assert defaults[var] is None, "memory's default %s changes the machine" % var
+    scenarios = _scenario_vars()
     beside = [s for name in BESIDE for s in groups[name]] + ["cores"]
     for name in beside:
-        with open(os.path.join(REPO, "extensions", "molecule", name, "molecule.yml")) as handle:
-            config = yaml.safe_load(handle)
+        config, group_vars = scenarios[name]
         privileged = [p["name"] for p in config["platforms"] if p.get("privileged")]
         if not privileged:
             continue
-        group_vars = config["provisioner"]["inventory"]["group_vars"]["all"]
         layers = group_vars.get("stacktune_layers")
-        assert layers and set(layers) <= set(CONTAINER_LOCAL_LAYERS), (
+        assert layers and set(layers) <= set(CONTAINER_LOCAL_LAYERS + ("kernel",)), (
             "%s runs beside other tests on privileged containers %s with layers %s" % (name, privileged, layers)
         )
         for var in MACHINE_WIDE_MEMORY:
-            assert group_vars.get(var) is None, "%s sets %s on a privileged container beside other tests" % (name, var)
+            if var not in UNREAD_MEMORY:
+                assert group_vars.get(var) is None, "%s sets %s on a privileged container beside other tests" % (
+                    name,
+                    var,
+                )
+        for var in UNREAD_MEMORY:
+            if group_vars.get(var) is not None:
+                setters = [other for other, (_c, v) in scenarios.items() if other != name and v.get(var) is not None]
+                assert not setters, "%s and %s both set %s, a machine-wide value" % (name, setters, var)
+        if "kernel" in layers:
+            assert group_vars.get("kernel_profile") == "none", "%s: a kernel profile on a privileged container" % name
+            assert group_vars.get("kernel_cmdline_args") in (None, {}), name
+            mine = set(group_vars.get("kernel_sysctl") or {})
+            assert mine, "%s: the kernel layer with no sysctl of its own" % name
+            shared = mine & _sysctls_others_touch(scenarios, name)
+            assert not shared, "%s changes the machine's %s, which other tests set or read" % (name, sorted(shared))
+
+
+def test_the_rule_sees_the_sysctls_other_tests_touch():
+    """The rule above is only as good as what it reads: the profiles', the safety hash's and the
+    drivers' sysctls are all in it."""
+    touched = _sysctls_others_touch(_scenario_vars(), "privileged")
+    assert {"vm.max_map_count", "kernel.numa_balancing", "vm.overcommit_memory", "vm.swappiness"} <= touched
+    assert "vm.stat_interval" not in touched
 
 
 def test_a_gated_scenario_beside_other_tests_runs_programs_that_print_their_step_times():
