@@ -26,8 +26,8 @@ REPLAY_ARGS ?=
 # that another scenario sets or reads). docs/safety.md describes `safety`.
 SCENARIOS_TIMED ?= gate diagnose
 SCENARIOS_LANE_A ?= safety default
-SCENARIOS_LANE_B ?= fleet cpuio cpuio_tree layers grubby_tree
-SCENARIOS_LANE_C ?= live search faults failures privileged
+SCENARIOS_LANE_B ?= fleet cpuio layers
+SCENARIOS_LANE_C ?= live search faults failures privileged cpuio_tree grubby_tree
 # Molecule scenarios run by `make test` and `make molecule` (space separated), e.g. SCENARIOS=layers
 SCENARIOS ?= $(SCENARIOS_TIMED) $(SCENARIOS_LANE_A) $(SCENARIOS_LANE_B) $(SCENARIOS_LANE_C)
 PY_SOURCES := plugins tests benchmarks
@@ -66,7 +66,7 @@ facts: deps-run
 # Three lanes, then the timed scenarios alone. Lane A: lint, sanity, the unit tests, the installed
 # collection, then the molecule scenarios of SCENARIOS_LANE_A. Lane B: the other ansible-core
 # versions' venvs, sanity and unit tests and the cores scenario, then the scenarios of
-# SCENARIOS_LANE_B. Lane C: the scenarios of SCENARIOS_LANE_C, mostly waiting (a lease to
+# SCENARIOS_LANE_B. Lane C: the scenarios of SCENARIOS_LANE_C, the first ones mostly waiting (a lease to
 # expire, live trials). A scenario beside others judges step times its program prints, never
 # ones it times (--printed). Lanes B's and C's output follows lane A's. Then the scenarios of
 # SCENARIOS_TIMED (a gate or a diagnosis judging what it measures on this machine) run alone.
