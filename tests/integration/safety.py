@@ -563,16 +563,23 @@ class Driver(object):
         return self.hook_env({host: {"STACKTUNE_TEST_KILL_AT": point} for host, point in kills.items()})
 
     def hook_env(self, hooks):
-        """PATH with a podman that adds each container's test hooks to the module's environment.
+        """PATH with a podman and a runc that add each container's test hooks to the module's environment.
 
         ``hooks``: {container: {VARIABLE: value}} (STACKTUNE_TEST_KILL_AT, STACKTUNE_TEST_PAUSE_AT).
+        The test connection enters a container with ``podman exec`` (by name) or, where podman runs
+        it with runc, ``runc exec`` (by id): both are wrapped.
         """
         bindir = tempfile.mkdtemp(prefix="bin-", dir=self.work)
         table = os.path.join(bindir, "hooks")
         with open(table, "w") as handle:
             for host, env in sorted(hooks.items()):
+                ident = subprocess.run(
+                    [self.podman, "inspect", "--format", "{{.Id}}", host], capture_output=True, text=True, check=False
+                ).stdout.strip()
                 for name, value in sorted(env.items()):
                     handle.write("%s %s=%s\n" % (host, name, value))
+                    if ident:
+                        handle.write("%s %s=%s\n" % (ident, name, value))
         wrapper = os.path.join(bindir, "podman")
         with open(wrapper, "w") as handle:
             handle.write(
@@ -586,11 +593,30 @@ class Driver(object):
                 'exec "$STACKTUNE_REAL_PODMAN" "$@"\n'
             )
         os.chmod(wrapper, 0o755)
-        return {
+        env = {
             "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
             "STACKTUNE_REAL_PODMAN": self.podman,
             "STACKTUNE_SAFETY_HOOKS": table,
         }
+        runc = shutil.which("runc")
+        if runc:
+            wrapper = os.path.join(bindir, "runc")
+            with open(wrapper, "w") as handle:
+                handle.write(
+                    "#!/bin/sh\n"
+                    "# runc --root <dir> exec <id> ...: add the container's test hooks to the module's environment\n"
+                    'if [ "$1" = --root ] && [ "$3" = exec ]; then\n'
+                    "  root=$2; container=$4\n"
+                    '  envs=$(sed -n "s/^$container //p" "$STACKTUNE_SAFETY_HOOKS" | sed "s/^/--env /")\n'
+                    '  if [ -n "$envs" ]; then\n'
+                    '    shift 4; exec "$STACKTUNE_REAL_RUNC" --root "$root" exec $envs "$container" "$@"\n'
+                    "  fi\n"
+                    "fi\n"
+                    'exec "$STACKTUNE_REAL_RUNC" "$@"\n'
+                )
+            os.chmod(wrapper, 0o755)
+            env["STACKTUNE_REAL_RUNC"] = runc
+        return env
 
     def sh(self, host, script, check_rc=True):
         proc = subprocess.run(

@@ -8,9 +8,21 @@ halves the scenarios' run time. Molecule's podman driver names the connection
 ANSIBLE_CONNECTION_PLUGINS (.config/molecule/config.yml sets it for every scenario,
 and the safety driver for its runs). Outside the tests nothing
 loads it.
+
+Where podman runs the container with runc (tests/molecule/containers.conf) as root, a command
+enters it through ``runc exec`` instead: the same runtime, the container's own process settings
+(capabilities, seccomp, cgroup, environment, working directory, a session of its own), without
+podman's and conmon's start-up: about 100 ms less CPU per module call, on thousands of calls.
+The container's id is kept per name in a file, and checked against runc's state directory at
+every call (a container made again under the same name has another id). A remote user, a working
+directory or extra environment variables, another runtime or a rootless podman: podman exec.
 """
 
+import os
 import shlex
+import shutil
+import subprocess
+import tempfile
 
 from ansible.module_utils.common.text.converters import to_native
 from ansible.plugins.connection import ConnectionBase
@@ -70,6 +82,9 @@ options:
     type: str
 """
 
+# runc's state directory for containers that podman runs as root
+RUNC_ROOT = "/run/runc"
+
 
 class Connection(PodmanConnection):
     transport = "podman"
@@ -89,7 +104,58 @@ class Connection(PodmanConnection):
             self._connected = True
         return self
 
+    def _runc_id(self):
+        """The container's id where runc runs it as root here, else None (podman exec then)."""
+        if getattr(self, "user", None) or self.get_option("remote_user"):
+            return None
+        for option in ("working_directory", "extra_env_vars", "podman_extra_args"):
+            try:
+                if self.get_option(option):
+                    return None
+            except KeyError:  # an option older containers.podman do not have
+                continue
+        name = str(self._container_id)
+        cache = os.path.join(tempfile.gettempdir(), "stacktune-test-runc-ids", name.replace("/", "_"))
+        try:
+            with open(cache) as handle:
+                known = handle.read().strip()
+        except OSError:
+            known = ""
+        if known and os.path.isfile(os.path.join(RUNC_ROOT, known, "state.json")):
+            return known
+        podman = shutil.which(self.get_option("podman_executable"))
+        if not podman:
+            return None
+        inspect = subprocess.run(
+            [podman, "inspect", "--format", "{{.Id}} {{.OCIRuntime}}", name],
+            check=False,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+        )
+        found = to_native(inspect.stdout).split()
+        if inspect.returncode != 0 or len(found) != 2 or found[1] != "runc":
+            return None
+        if not os.path.isfile(os.path.join(RUNC_ROOT, found[0], "state.json")):
+            return None
+        os.makedirs(os.path.dirname(cache), exist_ok=True)
+        part = "%s.%d" % (cache, os.getpid())
+        with open(part, "w") as handle:
+            handle.write(found[0])
+        os.replace(part, cache)
+        return found[0]
+
     def exec_command(self, cmd, in_data=None, sudoable=False):
+        if not self._connected:
+            self._connect()
+        runc = shutil.which("runc")
+        container = self._runc_id() if runc else None
+        if container:
+            ConnectionBase.exec_command(self, cmd, in_data=in_data, sudoable=sudoable)
+            argv = [runc, "--root", RUNC_ROOT, "exec", container]
+            argv += shlex.split(to_native(cmd, errors="surrogate_or_strict"))
+            process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            stdout, stderr = process.communicate(input=in_data)
+            return process.returncode, stdout, stderr
         # containers.podman 1.20 and later pipe in_data through podman exec -i themselves
         if in_data is None or not hasattr(self, "_podman"):
             return super().exec_command(cmd, in_data=in_data, sudoable=sudoable)
