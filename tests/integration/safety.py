@@ -151,6 +151,34 @@ HOSTILE = {
     ],
 }
 
+# The podman and runc that the safety driver puts first on PATH for a run with test hooks: a call
+# that enters a container gets the container's hooks (hook_env's table) as --env arguments.
+HOOK_WRAPPER = """#!/bin/sh
+# %(call)s ...: add the container's test hooks to the module's environment
+if %(test)s; then
+  container=%(container)s
+  envs=$(sed -n "s/^$container //p" "$STACKTUNE_SAFETY_HOOKS" | sed "s/^/--env /")
+  if [ -n "$envs" ]; then %(again)s; fi
+fi
+exec "$STACKTUNE_REAL_%(real)s" "$@"
+"""
+HOOK_CALLS = {
+    "podman": {
+        "call": "podman exec [-i] <container>",
+        "test": '[ "$1" = exec ]',
+        "container": '$2; [ "$container" = -i ] && container=$3',
+        "again": 'shift; exec "$STACKTUNE_REAL_PODMAN" exec $envs "$@"',
+        "real": "PODMAN",
+    },
+    "runc": {
+        "call": "runc --root <dir> exec <id>",
+        "test": '[ "$1" = --root ] && [ "$3" = exec ]',
+        "container": "$4",
+        "again": 'root=$2; shift 4; exec "$STACKTUNE_REAL_RUNC" --root "$root" exec $envs "$container" "$@"',
+        "real": "RUNC",
+    },
+}
+
 # Every process of a container but its init and the shell that looks.
 OTHER_PROCESSES = r"""
 for d in /proc/[0-9]*; do
@@ -580,42 +608,20 @@ class Driver(object):
                     handle.write("%s %s=%s\n" % (host, name, value))
                     if ident:
                         handle.write("%s %s=%s\n" % (ident, name, value))
-        wrapper = os.path.join(bindir, "podman")
-        with open(wrapper, "w") as handle:
-            handle.write(
-                "#!/bin/sh\n"
-                "# podman exec [-i] <container> ...: add the container's test hooks to the module's environment\n"
-                'if [ "$1" = exec ]; then\n'
-                '  container=$2; [ "$container" = -i ] && container=$3\n'
-                '  envs=$(sed -n "s/^$container //p" "$STACKTUNE_SAFETY_HOOKS" | sed "s/^/--env /")\n'
-                '  if [ -n "$envs" ]; then shift; exec "$STACKTUNE_REAL_PODMAN" exec $envs "$@"; fi\n'
-                "fi\n"
-                'exec "$STACKTUNE_REAL_PODMAN" "$@"\n'
-            )
-        os.chmod(wrapper, 0o755)
         env = {
             "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
             "STACKTUNE_REAL_PODMAN": self.podman,
             "STACKTUNE_SAFETY_HOOKS": table,
         }
-        runc = shutil.which("runc")
-        if runc:
-            wrapper = os.path.join(bindir, "runc")
+        programs = ["podman"]
+        if shutil.which("runc"):
+            env["STACKTUNE_REAL_RUNC"] = shutil.which("runc")
+            programs.append("runc")
+        for program in programs:
+            wrapper = os.path.join(bindir, program)
             with open(wrapper, "w") as handle:
-                handle.write(
-                    "#!/bin/sh\n"
-                    "# runc --root <dir> exec <id> ...: add the container's test hooks to the module's environment\n"
-                    'if [ "$1" = --root ] && [ "$3" = exec ]; then\n'
-                    "  root=$2; container=$4\n"
-                    '  envs=$(sed -n "s/^$container //p" "$STACKTUNE_SAFETY_HOOKS" | sed "s/^/--env /")\n'
-                    '  if [ -n "$envs" ]; then\n'
-                    '    shift 4; exec "$STACKTUNE_REAL_RUNC" --root "$root" exec $envs "$container" "$@"\n'
-                    "  fi\n"
-                    "fi\n"
-                    'exec "$STACKTUNE_REAL_RUNC" "$@"\n'
-                )
+                handle.write(HOOK_WRAPPER % HOOK_CALLS[program])
             os.chmod(wrapper, 0o755)
-            env["STACKTUNE_REAL_RUNC"] = runc
         return env
 
     def sh(self, host, script, check_rc=True):
