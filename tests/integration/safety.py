@@ -614,8 +614,9 @@ class Driver(object):
             "STACKTUNE_SAFETY_HOOKS": table,
         }
         programs = ["podman"]
-        if shutil.which("runc"):
-            env["STACKTUNE_REAL_RUNC"] = shutil.which("runc")
+        runc = shutil.which("runc")
+        if runc:
+            env["STACKTUNE_REAL_RUNC"] = runc
             programs.append("runc")
         for program in programs:
             wrapper = os.path.join(bindir, program)

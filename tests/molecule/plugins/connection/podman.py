@@ -106,14 +106,10 @@ class Connection(PodmanConnection):
 
     def _runc_id(self):
         """The container's id where runc runs it as root here, else None (podman exec then)."""
-        if getattr(self, "user", None) or self.get_option("remote_user"):
+        # (every option read here is declared in DOCUMENTATION above, whatever containers.podman has)
+        options = ("remote_user", "working_directory", "extra_env_vars", "podman_extra_args")
+        if getattr(self, "user", None) or any(self.get_option(option) for option in options):
             return None
-        for option in ("working_directory", "extra_env_vars", "podman_extra_args"):
-            try:
-                if self.get_option(option):
-                    return None
-            except KeyError:  # an option older containers.podman do not have
-                continue
         name = str(self._container_id)
         cache = os.path.join(tempfile.gettempdir(), "stacktune-test-runc-ids", name.replace("/", "_"))
         try:
