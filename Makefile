@@ -68,29 +68,35 @@ facts: deps-run
 # versions' venvs, sanity and unit tests and the cores scenario, then the scenarios of
 # SCENARIOS_LANE_B. Lane C: the scenarios of SCENARIOS_LANE_C, the first ones mostly waiting (a lease to
 # expire, live trials). A scenario beside others judges step times its program prints, never
-# ones it times (--printed). Lanes B's and C's output follows lane A's. Then the scenarios of
+# ones it times (--printed). Lanes B's and C's output follows lane A's; a part that failed is named
+# last, with its error lines (tools/test-failure.sh), where a log's tail shows it. Then the scenarios of
 # SCENARIOS_TIMED (a gate or a diagnosis judging what it measures on this machine) run alone.
 # A scenario runs only if SCENARIOS names it.
 # docs/benchmarks.md has the times.
 test: deps-test image
-	@set -e; lane="$$(mktemp "$${TMPDIR:-/tmp}/stacktune-lane-b.XXXXXX")"; lanec="$$lane.c"; \
+	@set -e -o pipefail; lane="$$(mktemp "$${TMPDIR:-/tmp}/stacktune-lane-b.XXXXXX")"; lanec="$$lane.c"; lanea="$$lane.a"; \
 	echo "== lane B, beside lane A: the other ansible-core versions, then molecule $(strip $(filter $(SCENARIOS),$(SCENARIOS_LANE_B))) ($$(date -u +%T))"; \
 	echo "== lane C, beside lane A: molecule $(strip $(filter $(SCENARIOS),$(SCENARIOS_LANE_C))) ($$(date -u +%T))"; \
 	( $(MAKE) --no-print-directory deps-cores && tools/test-cores.sh \
 	  && $(MAKE) --no-print-directory molecule SCENARIOS="$(filter $(SCENARIOS),$(SCENARIOS_LANE_B))" ) > "$$lane" 2>&1 & other=$$!; \
 	$(MAKE) --no-print-directory molecule SCENARIOS="$(filter $(SCENARIOS),$(SCENARIOS_LANE_C))" > "$$lanec" 2>&1 & third=$$!; \
-	main=0; $(MAKE) --no-print-directory lint sanity unit installed || main=$$?; \
-	[ $$main -ne 0 ] || $(MAKE) --no-print-directory molecule SCENARIOS="$(filter $(SCENARIOS),$(SCENARIOS_LANE_A))" || main=$$?; \
+	main=0; { $(MAKE) --no-print-directory lint sanity unit installed \
+	  && $(MAKE) --no-print-directory molecule SCENARIOS="$(filter $(SCENARIOS),$(SCENARIOS_LANE_A))"; } 2>&1 \
+	  | tee "$$lanea" || main=$$?; \
 	cores=0; wait $$other || cores=$$?; \
 	waiting=0; wait $$third || waiting=$$?; \
 	echo "== lane B, run beside the above (done $$(date -u +%T)):"; \
-	cat "$$lane"; rm -f "$$lane"; \
+	cat "$$lane"; \
 	echo "== lane C, run beside the above:"; \
-	cat "$$lanec"; rm -f "$$lanec"; \
-	[ $$main -eq 0 ] || { echo "stacktune: make test: lane A (lint, sanity, unit, installed or its scenarios) failed (above)" >&2; exit 1; }; \
-	[ $$cores -eq 0 ] || { echo "stacktune: make test: lane B (the other ansible-core versions or its scenarios) failed (above)" >&2; exit 1; }; \
-	[ $$waiting -eq 0 ] || { echo "stacktune: make test: lane C (its scenarios) failed (above)" >&2; exit 1; }; \
-	$(MAKE) --no-print-directory molecule SCENARIOS="$(filter $(SCENARIOS),$(SCENARIOS_TIMED))"
+	cat "$$lanec"; \
+	[ $$main -eq 0 ] || tools/test-failure.sh "lane A (lint, sanity, unit, installed, then its scenarios)" "$$lanea" >&2; \
+	[ $$cores -eq 0 ] || tools/test-failure.sh "lane B (the other ansible-core versions, then its scenarios)" "$$lane" >&2; \
+	[ $$waiting -eq 0 ] || tools/test-failure.sh "lane C (its scenarios)" "$$lanec" >&2; \
+	rm -f "$$lane" "$$lanea" "$$lanec"; \
+	[ $$main -eq 0 ] && [ $$cores -eq 0 ] && [ $$waiting -eq 0 ] || exit 1; \
+	$(MAKE) --no-print-directory molecule SCENARIOS="$(filter $(SCENARIOS),$(SCENARIOS_TIMED))" 2>&1 | tee "$$lanea" \
+	  || { tools/test-failure.sh "the timed scenarios (run alone)" "$$lanea" >&2; rm -f "$$lanea"; exit 1; }; \
+	rm -f "$$lanea"
 
 deps-run:
 	@tools/bootstrap.sh run

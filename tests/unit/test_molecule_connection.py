@@ -11,8 +11,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import os
 import sys
+import tempfile
 
 import pytest
 
@@ -45,16 +47,23 @@ def world(tmp_path, monkeypatch):
         (bindir / name).chmod(0o755)
     monkeypatch.setenv("PATH", "%s%s%s" % (bindir, os.pathsep, os.environ["PATH"]))
     monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # gettempdir() keeps its first answer
     state = tmp_path / "runc-state"
     state.mkdir()
     plugin = connection_loader.get("podman", class_only=True)
     assert os.path.dirname(sys.modules[plugin.__module__].__file__) == PLUGINS
     monkeypatch.setattr(sys.modules[plugin.__module__], "RUNC_ROOT", str(state))
 
-    def container(name, ident):
+    def container(name, ident, pid=None):
+        """runc's state for it as runc writes it: its init process (a live one unless pid says
+        otherwise) and that process's start time from /proc/PID/stat."""
         (tmp_path / ("id-" + name)).write_text(ident)
         (state / ident).mkdir()
-        (state / ident / "state.json").write_text("{}")
+        pid = os.getpid() if pid is None else pid
+        with open("/proc/%d/stat" % os.getpid()) as handle:
+            start = int(handle.read().rsplit(")", 1)[1].split()[19])
+        recorded = {"id": ident, "init_process_pid": pid, "init_process_start": start}
+        (state / ident / "state.json").write_text(json.dumps(recorded))
 
     def connect(name, **more):
         context = PlayContext()
@@ -93,6 +102,31 @@ def test_a_container_made_again_under_its_name_is_inspected_again(world):
         "podman inspect --format {{.Id}} {{.OCIRuntime}} box",
         "runc --root %s exec %s true" % (world["state"], "b" * 64),
     ]
+
+
+def test_a_container_whose_processes_were_killed_is_never_entered_with_runc(world):
+    """runc's state directory outlives a container whose processes were killed from outside
+    podman; runc exec fails on it. A cached id of such a container is looked up again, and a
+    container podman names whose init process is gone goes through podman exec."""
+    dead = 2**22 + 1  # above pid_max's default: no process has it
+    world["container"]("box", "a" * 64)
+    world["connect"]("box").exec_command("true", in_data=b"")
+    state = os.path.join(str(world["state"]), "a" * 64, "state.json")
+    with open(state) as handle:
+        recorded = json.load(handle)
+    with open(state, "w") as handle:
+        json.dump(dict(recorded, init_process_pid=dead), handle)
+    world["container"]("box", "b" * 64)
+    world["connect"]("box").exec_command("true", in_data=b"")
+    assert world["calls"]()[-2:] == [
+        "podman inspect --format {{.Id}} {{.OCIRuntime}} box",
+        "runc --root %s exec %s true" % (world["state"], "b" * 64),
+    ]
+    # the same pid, another start time: a pid used again by another process
+    with open(os.path.join(str(world["state"]), "b" * 64, "state.json"), "w") as handle:
+        json.dump(dict(recorded, id="b" * 64, init_process_start=recorded["init_process_start"] + 1), handle)
+    world["connect"]("box").exec_command("true", in_data=b"")
+    assert [call.split()[0:2] for call in world["calls"]()[-2:]] == [["podman", "inspect"], ["podman", "exec"]]
 
 
 def test_another_runtime_goes_through_podman_exec(world):

@@ -18,6 +18,7 @@ every call (a container made again under the same name has another id). A remote
 directory or extra environment variables, another runtime or a rootless podman: podman exec.
 """
 
+import json
 import os
 import shlex
 import shutil
@@ -86,6 +87,23 @@ options:
 RUNC_ROOT = "/run/runc"
 
 
+def runc_running(container):
+    """Whether runc's state for this id is of a process that runs now: the state directory
+    outlives a container whose processes were killed from outside podman (a machine stopped
+    with its containers), and runc exec fails there, so the check is runc's own: the init
+    process's pid is alive with the start time runc recorded."""
+    try:
+        with open(os.path.join(RUNC_ROOT, container, "state.json")) as handle:
+            state = json.load(handle)
+        pid, start = int(state["init_process_pid"]), int(state["init_process_start"])
+        with open("/proc/%d/stat" % pid) as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return False
+    # /proc/PID/stat: field 22 is the start time; fields[0] is field 3
+    return len(fields) > 19 and fields[19] == str(start)
+
+
 class Connection(PodmanConnection):
     transport = "podman"
     has_pipelining = True
@@ -117,7 +135,7 @@ class Connection(PodmanConnection):
                 known = handle.read().strip()
         except OSError:
             known = ""
-        if known and os.path.isfile(os.path.join(RUNC_ROOT, known, "state.json")):
+        if known and runc_running(known):
             return known
         podman = shutil.which(self.get_option("podman_executable"))
         if not podman:
@@ -131,7 +149,7 @@ class Connection(PodmanConnection):
         found = to_native(inspect.stdout).split()
         if inspect.returncode != 0 or len(found) != 2 or found[1] != "runc":
             return None
-        if not os.path.isfile(os.path.join(RUNC_ROOT, found[0], "state.json")):
+        if not runc_running(found[0]):
             return None
         os.makedirs(os.path.dirname(cache), exist_ok=True)
         part = "%s.%d" % (cache, os.getpid())
