@@ -48,6 +48,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import (
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.steps import POLICIES
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.search import check_search, search_live
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.wording import seconds_words
 from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.decision import budget_words
 
 BENCH_KEYS = ("command", "python", "size", "steps", "warmup", "timeout", "device", "workers", "env", "data_dir")
@@ -238,7 +239,7 @@ class TrialLoop:
             elif out.get("void"):
                 what = " (void: %s)" % out["reason"]
             else:
-                what = " (steps %.2f s)" % out["measured_s"]
+                what = " (steps %s)" % seconds_words(out["measured_s"])
             self.say(
                 "    %s: %s block %d of at most %d %s the layer (%d of at most %d in all): %.1f s%s"
                 % (

@@ -21,6 +21,14 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.gate.settings import
 # ------------------------------------------------------------------------ the judge
 
 
+def seconds_words(seconds):
+    """A span of time as a reader takes it in: seconds from a tenth of one, milliseconds below
+    (the steps of a block of microsecond steps read "0.00 s" otherwise)."""
+    if seconds >= 0.1:
+        return "%.2f s" % seconds
+    return "%s ms" % ms(seconds * 1000.0)
+
+
 def _pct(x):
     return "%+.1f%%" % (x * 100.0)
 

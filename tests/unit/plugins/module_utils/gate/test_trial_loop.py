@@ -195,6 +195,18 @@ def test_blocks_of_a_recorded_workload_judge_the_layer(effect, want):
     assert any("block 1 of at most 8" in line for line in lines)
 
 
+def test_a_block_of_short_steps_says_their_time_in_milliseconds():
+    """A block of microsecond steps (shm_pingpong) said "(steps 0.00 s)"; its line now gives
+    the time its steps took in milliseconds, a block of longer steps in seconds."""
+    host = Host({True: [[0.01] * 400], False: [[0.01] * 400]})
+    _decision, _samples, _kept, lines = run_loop(task(bench={"python": "/opt/torch/bin/python3", "live": False}), host)
+    blocks = [line for line in lines if " block " in line and "(steps " in line]
+    assert blocks and all(line.endswith("(steps 4 ms)") for line in blocks), blocks
+    host = Host({True: [[2.5] * 400], False: [[2.5] * 400]})
+    _decision, _samples, _kept, lines = run_loop(task(bench={"python": "/opt/torch/bin/python3", "live": False}), host)
+    assert all(line.endswith("(steps 1.00 s)") for line in lines if " block " in line and "(steps " in line)
+
+
 def test_the_runner_is_left_to_the_next_layer_when_asked():
     pool = recorded_blocks("h200x1_train_step_400.json")
     host = Host({True: pool, False: pool})
