@@ -25,9 +25,9 @@ REPLAY_ARGS ?=
 # beside lint and unit tests (a privileged container there changes no live value of the machine
 # that another scenario sets or reads). docs/safety.md describes `safety`.
 SCENARIOS_TIMED ?= gate diagnose
-SCENARIOS_LANE_A ?= safety default
+SCENARIOS_LANE_A ?= safety
 SCENARIOS_LANE_B ?= fleet cpuio layers
-SCENARIOS_LANE_C ?= live search faults failures privileged cpuio_tree grubby_tree
+SCENARIOS_LANE_C ?= live search faults failures privileged cpuio_tree grubby_tree default
 # Molecule scenarios run by `make test` and `make molecule` (space separated), e.g. SCENARIOS=layers
 SCENARIOS ?= $(SCENARIOS_TIMED) $(SCENARIOS_LANE_A) $(SCENARIOS_LANE_B) $(SCENARIOS_LANE_C)
 PY_SOURCES := plugins tests benchmarks
@@ -63,11 +63,11 @@ facts: deps-run
 	ansible-playbook playbooks/facts.yml $(ARGS)
 
 ## make test: every check CI runs: lint, sanity, unit tests, the installed collection, molecule scenarios, the other ansible-core versions
-# Three lanes, then the timed scenarios alone. Lane A: lint, sanity, the unit tests, the installed
-# collection, then the molecule scenarios of SCENARIOS_LANE_A. Lane B: the other ansible-core
-# versions' venvs, sanity and unit tests and the cores scenario, then the scenarios of
-# SCENARIOS_LANE_B. Lane C: the scenarios of SCENARIOS_LANE_C, the first ones mostly waiting (a lease to
-# expire, live trials). A scenario beside others judges step times its program prints, never
+# Three lanes, then the timed scenarios alone. Lane A: lint, sanity, the unit tests, then the
+# molecule scenarios of SCENARIOS_LANE_A. Lane B: the other ansible-core versions' venvs, sanity
+# and unit tests and the cores scenario, then the scenarios of SCENARIOS_LANE_B. Lane C: the
+# scenarios of SCENARIOS_LANE_C, the first ones mostly waiting (a lease to expire, live trials),
+# then the installed collection. A scenario beside others judges step times its program prints, never
 # ones it times (--printed). Lanes B's and C's output follows lane A's; a part that failed is named
 # last, with its error lines (tools/test-failure.sh), where a log's tail shows it. Then the scenarios of
 # SCENARIOS_TIMED (a gate or a diagnosis judging what it measures on this machine) run alone.
@@ -76,11 +76,12 @@ facts: deps-run
 test: deps-test image
 	@set -e -o pipefail; lane="$$(mktemp "$${TMPDIR:-/tmp}/stacktune-lane-b.XXXXXX")"; lanec="$$lane.c"; lanea="$$lane.a"; \
 	echo "== lane B, beside lane A: the other ansible-core versions, then molecule $(strip $(filter $(SCENARIOS),$(SCENARIOS_LANE_B))) ($$(date -u +%T))"; \
-	echo "== lane C, beside lane A: molecule $(strip $(filter $(SCENARIOS),$(SCENARIOS_LANE_C))) ($$(date -u +%T))"; \
+	echo "== lane C, beside lane A: molecule $(strip $(filter $(SCENARIOS),$(SCENARIOS_LANE_C))), then the installed collection ($$(date -u +%T))"; \
 	( $(MAKE) --no-print-directory deps-cores && tools/test-cores.sh \
 	  && $(MAKE) --no-print-directory molecule SCENARIOS="$(filter $(SCENARIOS),$(SCENARIOS_LANE_B))" ) > "$$lane" 2>&1 & other=$$!; \
-	$(MAKE) --no-print-directory molecule SCENARIOS="$(filter $(SCENARIOS),$(SCENARIOS_LANE_C))" > "$$lanec" 2>&1 & third=$$!; \
-	main=0; { $(MAKE) --no-print-directory lint sanity unit installed \
+	( $(MAKE) --no-print-directory molecule SCENARIOS="$(filter $(SCENARIOS),$(SCENARIOS_LANE_C))" \
+	  && $(MAKE) --no-print-directory installed ) > "$$lanec" 2>&1 & third=$$!; \
+	main=0; { $(MAKE) --no-print-directory lint sanity unit \
 	  && $(MAKE) --no-print-directory molecule SCENARIOS="$(filter $(SCENARIOS),$(SCENARIOS_LANE_A))"; } 2>&1 \
 	  | tee "$$lanea" || main=$$?; \
 	cores=0; wait $$other || cores=$$?; \
@@ -89,9 +90,9 @@ test: deps-test image
 	cat "$$lane"; \
 	echo "== lane C, run beside the above:"; \
 	cat "$$lanec"; \
-	[ $$main -eq 0 ] || tools/test-failure.sh "lane A (lint, sanity, unit, installed, then its scenarios)" "$$lanea" >&2; \
+	[ $$main -eq 0 ] || tools/test-failure.sh "lane A (lint, sanity, unit, then its scenarios)" "$$lanea" >&2; \
 	[ $$cores -eq 0 ] || tools/test-failure.sh "lane B (the other ansible-core versions, then its scenarios)" "$$lane" >&2; \
-	[ $$waiting -eq 0 ] || tools/test-failure.sh "lane C (its scenarios)" "$$lanec" >&2; \
+	[ $$waiting -eq 0 ] || tools/test-failure.sh "lane C (its scenarios, then the installed collection)" "$$lanec" >&2; \
 	rm -f "$$lane" "$$lanea" "$$lanec"; \
 	[ $$main -eq 0 ] && [ $$cores -eq 0 ] && [ $$waiting -eq 0 ] || exit 1; \
 	$(MAKE) --no-print-directory molecule SCENARIOS="$(filter $(SCENARIOS),$(SCENARIOS_TIMED))" 2>&1 | tee "$$lanea" \
