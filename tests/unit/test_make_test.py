@@ -15,6 +15,7 @@ __metaclass__ = type
 
 import os
 import re
+import subprocess
 
 import yaml
 
@@ -174,3 +175,40 @@ def test_a_gated_scenario_beside_other_tests_runs_programs_that_print_their_step
             with open(program) as handle:
                 assert '"--printed" in sys.argv' in handle.read(), "%s does not print its step times" % program
     assert {"live", "search", "failures"} <= set(seen), seen
+
+
+def test_a_failed_part_is_named_last_with_its_error_lines(tmp_path):
+    """A CI page shows a log's last lines only: make test ends a red run with the failed part,
+    the make target, the last scenario begun and its error lines (tools/test-failure.sh), read
+    here from a lane's log as molecule writes it, colours included."""
+    log = tmp_path / "lane"
+    log.write_text(
+        "== molecule scenario default (05:00:00)\n"
+        "\x1b[32mdefault : actions=8 successful=8 failed=0\x1b[0m\n"
+        "== molecule scenario safety (05:01:00)\n"
+        "TASK [Give every host a GRUB configuration]\n"
+        "ok: [safety-ref]\n"
+        '\x1b[31mfatal: [safety-h1]: UNREACHABLE! => {"changed": false, "msg": "Task failed"}\x1b[0m\n'
+        "\x1b[31msafety-h1 : ok=0 changed=0 unreachable=1 failed=1\x1b[0m\n"
+        "make[1]: *** [Makefile:128: molecule] Error 4\n"
+    )
+    out = subprocess.run(
+        [os.path.join(REPO, "tools", "test-failure.sh"), "lane A (lint, sanity, unit, then its scenarios)", str(log)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
+    assert out[0] == (
+        "stacktune: make test: lane A (lint, sanity, unit, then its scenarios) failed: "
+        "make[1]: *** [Makefile:128: molecule] Error 4"
+    )
+    assert out[1] == "  the last scenario it began: molecule scenario safety (05:01:00)"
+    assert out[2:] == [
+        '  | fatal: [safety-h1]: UNREACHABLE! => {"changed": false, "msg": "Task failed"}',
+        "  | safety-h1 : ok=0 changed=0 unreachable=1 failed=1",
+        "  | make[1]: *** [Makefile:128: molecule] Error 4",
+    ]
+    assert sum(len(line) + 1 for line in out) < 1200
+    text, _groups = makefile_groups()
+    for part in ("lane A", "lane B", "lane C", "the timed scenarios"):
+        assert 'tools/test-failure.sh "%s' % part in text
