@@ -150,11 +150,13 @@ def _cpu_words(profile):
 
 
 def _proc_words(row):
-    return "%s %s (pid %s): %s cores, runnable in %s%% of snapshots" % (
+    cores = _f(row["cores"], digits=2)
+    return "%s %s (pid %s): %s %s, runnable in %s%% of snapshots" % (
         row["role"],
         row["comm"],
         row["pid"],
-        _f(row["cores"], digits=2),
+        cores,
+        "core" if cores == "1" else "cores",
         _f(row.get("runnable_pct"), digits=0),
     )
 

@@ -162,7 +162,7 @@ def test_loader_and_main_process():
     assert verdict.decide(base(gpu_util=30, main=1.0, workers=(1.0, 1.0)))["verdict"] == "input_loader"
     got = verdict.decide(base(main=1.0))
     assert got["verdict"] == "cpu_main"
-    assert got["evidence"][1].startswith("main python3 (pid 1): 1 cores")
+    assert got["evidence"][1].startswith("main python3 (pid 1): 1 core, runnable")
 
 
 def test_unclear_when_too_short_or_nothing_decides():
