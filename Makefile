@@ -12,6 +12,10 @@ export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/collections
 export ANSIBLE_HOME := $(HOME)/.cache/stacktune/ansible-home
 export CONTAINERS_CONF := $(CURDIR)/tests/molecule/containers.conf
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+# cryptography 51 warns on every ansible command that ansible-core's ssh-agent support imports
+# DSA ("DSA is deprecated ..."); nothing a user can act on, so that one message is hidden.
+comma := ,
+export PYTHONWARNINGS := $(if $(PYTHONWARNINGS),$(PYTHONWARNINGS)$(comma))ignore:DSA is deprecated
 # The venvs of the other supported ansible-core versions (requirements-cores.txt), inside
 # .venv so that every tool that skips .venv skips them too: make cores
 CORES_VENVS ?= $(VENV)/cores
