@@ -22,6 +22,11 @@ def _or(value, fallback):
     return value if value else fallback
 
 
+def _board_words(board):
+    """``Supermicro X13DEG-OAD``, the half that is known, or ``unknown``."""
+    return " ".join(str(x) for x in (board.get("vendor"), board.get("name")) if x) or "unknown"
+
+
 def _hex(value):
     """A microcode revision as a number ('0x2b000603' or '2b000603'); 0 when it is none."""
     text = str(value)
@@ -167,9 +172,8 @@ def _bios_version(bios, board, min_version):
                 _or(bios.get("date"), "no date"),
                 min_version,
             ),
-            remediation="Update the BIOS to %s or later with the tools of the board vendor (%s %s), through the BMC;"
-            " update every node of a batch together"
-            % (min_version, _or(board.get("vendor"), "unknown"), _or(board.get("name"), "")),
+            remediation="Update the BIOS to %s or later with the tools of the board vendor (%s), through the BMC;"
+            " update every node of a batch together" % (min_version, _board_words(board)),
         )
     ]
 
@@ -210,17 +214,16 @@ def _inventory(facts, host, bios, board):
             "firmware_inventory",
             "info",
             "host",
-            "BIOS %s (%s, %s), board %s %s, CPU %s, microcode %s"
+            "BIOS %s (%s, %s), board %s, CPU %s, microcode %s"
             % (
                 _or(bios.get("version"), "unknown"),
                 _or(bios.get("vendor"), "unknown vendor"),
                 _or(bios.get("date"), "no date"),
-                _or(board.get("vendor"), "unknown"),
-                _or(board.get("name"), ""),
+                _board_words(board),
                 _or(host.get("cpu_model"), "unknown"),
                 _or(host.get("cpu_microcode"), "unknown"),
             ),
-            remediation="None needed: compare across the fleet; nodes of one SKU should match",
+            remediation="Nothing to change: compare across the fleet; nodes of one SKU should match",
         )
     ]
     for g in _or(facts.get("gpus"), []):
@@ -236,8 +239,8 @@ def _inventory(facts, host, bios, board):
                     _or(g.get("pci_bus_id"), "?"),
                     _or(g.get("vbios"), "unknown"),
                 ),
-                remediation="None needed: compare across the fleet; update VBIOS only with the server vendor firmware"
-                " package",
+                remediation="Nothing to change: compare across the fleet; update VBIOS only with the server vendor"
+                " firmware package",
             )
         )
     return out

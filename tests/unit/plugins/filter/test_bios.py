@@ -49,7 +49,27 @@ def test_note_shape_and_printed_text():
         "remediation": "BIOS setup: 'PCIe ASPM' Disabled. Kernel layer: kernel_aspm_policy: performance (live) and "
         "kernel_cmdline_args: {pcie_aspm.policy: performance} (from the next boot)",
     }
-    assert notes[1]["note"] == "BIOS unknown (unknown vendor, no date), board unknown , CPU unknown, microcode unknown"
+    assert notes[1]["note"] == "BIOS unknown (unknown vendor, no date), board unknown, CPU unknown, microcode unknown"
+    assert notes[1]["remediation"].startswith("Nothing to change: compare across the fleet")
+
+
+@pytest.mark.parametrize(
+    "board, words",
+    [
+        ({"vendor": "Supermicro", "name": "X13DEG-OAD"}, "board Supermicro X13DEG-OAD,"),
+        ({"vendor": "Supermicro", "name": ""}, "board Supermicro,"),
+        ({"vendor": None, "name": "X13DEG-OAD"}, "board X13DEG-OAD,"),
+        ({}, "board unknown,"),
+    ],
+)
+def test_the_board_reads_as_the_words_that_are_known(board, words):
+    facts = host(aspm_policy="performance", board=board, bios={"version": "1.0", "vendor": "AMI", "date": "2023"})
+    inventory = [
+        n for n in filters.bios_notes(facts, "performance", min_version="2.0") if n["id"] == "firmware_inventory"
+    ]
+    assert words in inventory[0]["note"]
+    old = [n for n in filters.bios_notes(facts, "performance", min_version="2.0") if n["id"] == "bios_version_old"]
+    assert "(%s)" % words[len("board ") : -1] in old[0]["remediation"]
 
 
 @pytest.mark.parametrize(
