@@ -22,6 +22,8 @@ CORES_VENVS ?= $(VENV)/cores
 export CORES_VENVS
 # Extra arguments for ansible-playbook, e.g. make tune ARGS="--check --diff"
 ARGS ?=
+# Extra arguments for pytest in make unit, e.g. PYTEST_ARGS="-k diagnose"
+PYTEST_ARGS ?=
 # Extra arguments for benchmarks/gate_replay.py in make bench-gate, e.g. REPLAY_ARGS="--draws 50"
 REPLAY_ARGS ?=
 # The molecule scenarios by where `make test` runs them. Those whose verdict depends on what
@@ -74,7 +76,8 @@ facts: deps-run
 # then the installed collection. A scenario beside others judges step times its program prints, never
 # ones it times (--printed). Lanes B's and C's output follows lane A's; a part that failed is named
 # last, with its error lines (tools/test-failure.sh), where a log's tail shows it. Then the scenarios of
-# SCENARIOS_TIMED (a gate or a diagnosis judging what it measures on this machine) run alone.
+# SCENARIOS_TIMED (a gate or a diagnosis judging what it measures on this machine) run alone,
+# after the unit tests marked alone (pytest.ini), which lane A leaves out.
 # A scenario runs only if SCENARIOS names it.
 # docs/benchmarks.md has the times.
 test: deps-test image
@@ -85,7 +88,7 @@ test: deps-test image
 	  && $(MAKE) --no-print-directory molecule SCENARIOS="$(filter $(SCENARIOS),$(SCENARIOS_LANE_B))" ) > "$$lane" 2>&1 & other=$$!; \
 	( $(MAKE) --no-print-directory molecule SCENARIOS="$(filter $(SCENARIOS),$(SCENARIOS_LANE_C))" \
 	  && $(MAKE) --no-print-directory installed ) > "$$lanec" 2>&1 & third=$$!; \
-	main=0; { $(MAKE) --no-print-directory lint sanity unit \
+	main=0; { $(MAKE) --no-print-directory lint sanity unit PYTEST_ARGS='-m "not gpu and not alone"' \
 	  && $(MAKE) --no-print-directory molecule SCENARIOS="$(filter $(SCENARIOS),$(SCENARIOS_LANE_A))"; } 2>&1 \
 	  | tee "$$lanea" || main=$$?; \
 	cores=0; wait $$other || cores=$$?; \
@@ -99,6 +102,9 @@ test: deps-test image
 	[ $$waiting -eq 0 ] || tools/test-failure.sh "lane C (its scenarios, then the installed collection)" "$$lanec" >&2; \
 	rm -f "$$lane" "$$lanea" "$$lanec"; \
 	[ $$main -eq 0 ] && [ $$cores -eq 0 ] && [ $$waiting -eq 0 ] || exit 1; \
+	echo "== unit tests that judge how busy this machine is, alone ($$(date -u +%T))"; \
+	pytest -m alone 2>&1 | tee "$$lanea" \
+	  || { tools/test-failure.sh "the unit tests marked alone" "$$lanea" >&2; rm -f "$$lanea"; exit 1; }; \
 	$(MAKE) --no-print-directory molecule SCENARIOS="$(filter $(SCENARIOS),$(SCENARIOS_TIMED))" 2>&1 | tee "$$lanea" \
 	  || { tools/test-failure.sh "the timed scenarios (run alone)" "$$lanea" >&2; rm -f "$$lanea"; exit 1; }; \
 	rm -f "$$lanea"
@@ -124,7 +130,7 @@ sanity: deps-test
 	tools/sanity.sh
 
 unit: deps-test
-	pytest
+	pytest $(PYTEST_ARGS)
 
 ## make installed: build and install the tarball, then run the entry points from an empty directory as a user who is not root
 installed: deps-test

@@ -16,6 +16,7 @@ __metaclass__ = type
 import os
 import re
 import subprocess
+import sys
 
 import yaml
 
@@ -212,3 +213,29 @@ def test_a_failed_part_is_named_last_with_its_error_lines(tmp_path):
     text, _groups = makefile_groups()
     for part in ("lane A", "lane B", "lane C", "the timed scenarios"):
         assert 'tools/test-failure.sh "%s' % part in text
+
+
+def test_unit_tests_that_judge_how_busy_the_machine_is_run_after_the_lanes():
+    """Lane A's unit run leaves out the tests marked alone (pytest.ini); make test runs them
+    after every lane has ended and before the timed scenarios; they are real tests, collected."""
+    text, _ = makefile_groups()
+    recipe = text[text.index("\ntest: ") : text.index("\ndeps-run:")]
+    assert """unit PYTEST_ARGS='-m "not gpu and not alone"'""" in recipe
+    after_lanes = recipe.index("wait $$third")
+    assert after_lanes < recipe.index("pytest -m alone") < recipe.index("$(SCENARIOS_TIMED)")
+    assert re.search(r"^unit: .*\n\tpytest \$\(PYTEST_ARGS\)$", text, re.M)
+
+    def collected(marks):
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-p", "no:cacheprovider", "-m", marks],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return [line for line in done.stdout.splitlines() if "::" in line]
+
+    alone = collected("alone")
+    assert "tests/unit/plugins/module_utils/diagnose/test_run.py::test_diagnose_a_builtin_workload" in alone
+    beside = collected("not gpu and not alone")
+    assert len(beside) > 1000 and not set(alone) & set(beside)
