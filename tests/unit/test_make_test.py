@@ -218,7 +218,7 @@ def test_a_failed_part_is_named_last_with_its_error_lines(tmp_path):
 def test_unit_tests_that_judge_how_busy_the_machine_is_run_after_the_lanes():
     """Lane A's unit run leaves out the tests marked alone (pytest.ini); make test runs them
     after every lane has ended and before the timed scenarios; they are real tests, collected."""
-    text, _ = makefile_groups()
+    text = makefile_groups()[0]
     recipe = text[text.index("\ntest: ") : text.index("\ndeps-run:")]
     assert """unit PYTEST_ARGS='-m "not gpu and not alone"'""" in recipe
     after_lanes = recipe.index("wait $$third")
