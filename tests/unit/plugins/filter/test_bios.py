@@ -64,12 +64,9 @@ def test_note_shape_and_printed_text():
 )
 def test_the_board_reads_as_the_words_that_are_known(board, words):
     facts = host(aspm_policy="performance", board=board, bios={"version": "1.0", "vendor": "AMI", "date": "2023"})
-    inventory = [
-        n for n in filters.bios_notes(facts, "performance", min_version="2.0") if n["id"] == "firmware_inventory"
-    ]
-    assert words in inventory[0]["note"]
-    old = [n for n in filters.bios_notes(facts, "performance", min_version="2.0") if n["id"] == "bios_version_old"]
-    assert "(%s)" % words[len("board ") : -1] in old[0]["remediation"]
+    notes = {n["id"]: n for n in filters.bios_notes(facts, "performance", min_version="2.0")}
+    assert words in notes["firmware_inventory"]["note"]
+    assert "(%s)" % words[len("board ") : -1] in notes["bios_version_old"]["remediation"]
 
 
 @pytest.mark.parametrize(
