@@ -67,6 +67,8 @@ class ActionModule(ActionBase):
             "runner_for",
             "keep_runner",
             "search",
+            "size",
+            "not_used",
         )
     )
 
@@ -121,6 +123,8 @@ class ActionModule(ActionBase):
             return self._calibrate(result, loop, gate, bench, workloads)
         try:
             policy, search = trial_loop.check_gate_args(a, gate)
+            if not search:
+                gate = trial_loop.sized(gate, a.get("size", "full"))
             if self._play_context.check_mode:
                 plan = "; %s" % search["plan"] if search else ""
                 result.update(changed=False, skipped=True, msg="check mode: nothing is measured%s" % plan)

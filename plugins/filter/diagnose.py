@@ -4,7 +4,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The diagnosis inside a tune run (documented in diagnose_target.yml, diagnose_check.yml and
 diagnose_layers.yml): which program to diagnose, whether it can be, and per layer what the
-diagnosis expects and what is skipped."""
+diagnosis expects, how each trial is sized, and the order the layers are tried in."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -12,7 +12,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.diagnose.plan import choose_target, layer_plan
+from ansible_collections.stacktune.gpu.plugins.module_utils.diagnose.plan import choose_target, layer_order, layer_plan
 from ansible_collections.stacktune.gpu.plugins.module_utils.diagnose.run import DiagnoseError, check_options
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.registry import LIVE_WORKLOADS
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import resolve_workloads
@@ -66,11 +66,18 @@ def diagnose_check(target, seconds, warmup_s, first_step_timeout):
 
 
 def diagnose_layers(
-    layer_workloads, diagnosis, target=None, bench_workload="auto", skip=True, gpu_count=0, data_dir=None
+    layer_workloads,
+    diagnosis,
+    target=None,
+    bench_workload="auto",
+    size=True,
+    gpu_count=0,
+    data_dir=None,
+    keep_harmless=True,
 ):
-    """Per layer what the diagnosis expects (can, cannot, not judged, not diagnosed), its candidate
-    workloads with the diagnosed program left out where it cannot see the layer, and whether the
-    layer's measurement is skipped."""
+    """Per layer what the diagnosis expects (can, cannot, not judged, not diagnosed), and how its
+    trial is sized: the policy and size of a layer it says cannot move the program, its candidate
+    workloads, and what the program does not use. Nothing is skipped."""
     layer_workloads = plain(layer_workloads)
     if not isinstance(layer_workloads, dict):
         raise AnsibleFilterError(
@@ -81,7 +88,27 @@ def diagnose_layers(
     def measurable(candidates):
         return bool(resolve_workloads(candidates, int(gpu_count or 0), None, data_dir))
 
-    return layer_plan(layer_workloads, diagnosis, plain(target) or {}, bench_workload, bool(skip), measurable)
+    return layer_plan(
+        layer_workloads,
+        diagnosis,
+        plain(target) or {},
+        bench_workload,
+        bool(size),
+        measurable,
+        keep_harmless=bool(keep_harmless),
+    )
+
+
+def diagnose_order(layers, plan):
+    """``stacktune_layers`` in the order their trials run: the audits, then the layers the diagnosis
+    says can move the program, then the others."""
+    layers = plain(layers)
+    if not isinstance(layers, list):
+        raise AnsibleFilterError("diagnose_order expects stacktune_layers (a list), got %r" % (layers,))
+    plan = plain(plan)
+    if not isinstance(plan, dict):
+        raise AnsibleFilterError("diagnose_order expects the diagnose_layers filter's dict, got %r" % (plan,))
+    return layer_order(layers, plan)
 
 
 def diagnose_workloads(plan):
@@ -101,4 +128,5 @@ class FilterModule:
             "diagnose_check": diagnose_check,
             "diagnose_layers": diagnose_layers,
             "diagnose_workloads": diagnose_workloads,
+            "diagnose_order": diagnose_order,
         }

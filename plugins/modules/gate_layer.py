@@ -92,6 +92,24 @@ options:
     type: str
     choices: [keep, rollback]
     default: keep
+  size:
+    description:
+      - How much the trial may take. C(full) is the budget as given. C(check), for a layer the
+        diagnosis says cannot move the program, takes one look at O(budget)'s C(min_blocks)
+        blocks or live windows per arm, which bounds the tail and the stalls in the least time.
+      - A search (O(search)) ignores it.
+    type: str
+    choices: [full, check]
+    default: full
+  not_used:
+    description:
+      - Words saying that the program measured does not use what this layer sets, for a layer
+        it reads only when a program starts (the diagnosis's, for example 'the program does not
+        use NCCL collectives (it holds one GPU (0) and names no ranks in its environment)').
+        When every change written is one a running process does not see, the layer is not
+        measured and kept (or rolled back, O(unmeasurable)), with these words as the reason.
+    type: str
+    default: ""
   changes:
     description:
       - The rows of the layer's apply (RV(stacktune.gpu.host_settings#module:settings)). When

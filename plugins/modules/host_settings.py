@@ -291,6 +291,16 @@ layer_state:
   description: The layer's journal state (applied, kept, rolled_back, restored ...).
   returned: always
   type: str
+kept_as:
+  description:
+    - "For a kept layer, why it stays, in the words verify shows, for example 'kept (measured: helps)',
+      'kept (measured: no harm)' or 'kept (not measured: every change takes effect at the next login or
+      boot)'; null otherwise."
+    - A keep (I(state=kept)) must say why in its I(decision) (C(basis) C(gain), C(no_harm), or C(unmeasured)
+      with C(unmeasured) naming why no trial could measure it). One that would leave a change a running
+      program sees without a trial is refused, and the layer is put back to its snapshot first.
+  returned: always
+  type: str
 notes:
   description: What the engine did besides settings (bootloader regenerated ...).
   returned: always

@@ -77,7 +77,7 @@ def layer_title(result):
     rows = result.get("settings") or []
     shown = ", ".join("%d %s" % (counts[k], k) for k in sorted(counts))
     state = result.get("layer_state") or "?"
-    title = "%s [%s]" % (result.get("layer"), state)
+    title = "%s [%s]" % (result.get("layer"), result.get("kept_as") or state)
     if not rows:
         return title + ": no setting to verify (%s)" % (MEANINGS.get(state) or "the layer holds nothing now")
     return "%s: %d setting%s, %s" % (title, len(rows), "" if len(rows) == 1 else "s", shown)

@@ -431,6 +431,47 @@ def step_figures(steps, t0=None, t1=None):
     }
 
 
+def uses_figures(samples):
+    """What the program uses that a layer read at its start sets: ``{"nccl": {"used": True,
+    False or None (cannot tell), "why", "gpus", "ranks"}}``, from the first snapshot that read it.
+
+    NCCL's collectives: a program uses them when its environment says the job has more than one
+    rank, or its processes map libnccl and hold more than one GPU. One that maps no libnccl, or
+    holds one GPU with no ranks in its environment, does not (PyTorch maps libnccl in every CUDA
+    program: loaded is not used). Without NVML a program that maps libnccl and names no ranks
+    cannot be told."""
+    doc = next((s["uses"] for s in samples if isinstance(s.get("uses"), dict)), None)
+    if doc is None:
+        return {}
+    tree = {str(p) for p in (doc.get("libraries") or {})}
+    mapped = sorted(p for p, names in (doc.get("libraries") or {}).items() if "nccl" in (names or []))
+    ranks = []
+    for values in (doc.get("env") or {}).values():
+        for value in (values or {}).values():
+            try:
+                ranks.append(int(value))
+            except (TypeError, ValueError):
+                continue
+    rank = max(ranks) if ranks else None
+    gpu_pids = doc.get("gpu_pids")
+    gpus = None
+    if isinstance(gpu_pids, dict):
+        gpus = sorted(int(i) for i, pids in gpu_pids.items() if tree & {str(p) for p in pids or []})
+    row = {"ranks": rank, "gpus": gpus, "mapped_by": len(mapped)}
+    if rank is not None and rank > 1:
+        row.update(used=True, why="%d ranks in its environment" % rank)
+    elif not mapped:
+        row.update(used=False, why="none of its %d processes loads libnccl" % len(tree))
+    elif gpus is not None and len(gpus) > 1:
+        row.update(used=True, why="libnccl loaded, %d GPUs held" % len(gpus))
+    elif gpus is not None:
+        held = "one GPU (%d)" % gpus[0] if gpus else "no GPU"
+        row.update(used=False, why="it holds %s and names no ranks in its environment" % held)
+    else:
+        row.update(used=None, why="libnccl loaded; without NVML the GPUs it holds cannot be read")
+    return {"nccl": row}
+
+
 def derive(samples, ncpu, clk_tck, nodes=None, steps=None, root=None):
     """The profile of the program from its snapshots (oldest first) and its step lines."""
     samples = sorted((s for s in samples or [] if isinstance(s, dict) and "t" in s), key=lambda s: s["t"])
@@ -450,6 +491,7 @@ def derive(samples, ncpu, clk_tck, nodes=None, steps=None, root=None):
         "program": process_figures(samples, clk_tck, root),
         "gpus": gpu_figures(samples),
         "steps": step_figures(steps or [], t0, t1),
+        "uses": uses_figures(samples),
         "sampler": {
             "cost_ms_mean": _r(1000.0 * mean(costs), 2) if costs else None,
             "cost_ms_max": _r(1000.0 * max(costs), 2) if costs else None,

@@ -8,6 +8,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine import keeping
+
 
 def _cell(value):
     return str(value if value is not None else "").replace("|", "/").replace("\n", " ")
@@ -40,7 +42,7 @@ def _gpu_rows(profile):
 
 def markdown(diagnosis, results=None):
     """Lines of the report's ``## Diagnosis`` section; ``results``: the layers' records, each
-    with its ``diagnosis`` (expected, skipped) and the gate's decision."""
+    with its ``diagnosis`` (expected, how its trial was sized) and the gate's decision."""
     if not isinstance(diagnosis, dict) or not diagnosis:
         return []
     lines = ["## Diagnosis", ""]
@@ -112,10 +114,14 @@ def markdown(diagnosis, results=None):
             gate = r.get("gate") or {}
             if not r.get("changed"):
                 measured = "no change to measure"
-            elif d.get("skip"):
-                measured = "skipped: %s" % d.get("reason")
+            elif gate.get("measurable") is False:
+                why = keeping.UNMEASURED.get(gate.get("unmeasured"), ("",))[0]
+                measured = "no: %s" % why if why else "no"
             elif gate.get("method"):
-                measured = "yes (%s)%s" % (gate["method"], "; " + d["reason"] if d.get("reason") else "")
+                measured = "yes (%s%s)" % (
+                    gate["method"],
+                    ", a short %s check" % (gate.get("policy") or "no_regression") if d.get("size") == "check" else "",
+                )
             else:
                 measured = "no"
             lines.append(

@@ -216,7 +216,7 @@ def record(
             if t - start > seconds:
                 break
             tick()
-            samples.append(snapshot.take(prog.proc.pid, t, nvml, clock=prog.now))
+            samples.append(snapshot.take(prog.proc.pid, t, nvml, clock=prog.now, deep=not samples))
             _check(prog, n, "during the profile (%s %s s)" % (n["seconds"], seconds))
             sleep(max(0.0, period - (prog.now() - t)))
         got = [s for s in prog.steps if s[0] >= start]

@@ -5,7 +5,8 @@
 """Raw snapshots of a running program and its host, as read: the diagnosis's only input.
 
 A snapshot is ``{"t", "cost_s", "host": {name: /proc text or None}, "tree": {pid: {"stat",
-"status"}}, "gpus": [NVML readings]}`` (``gpus`` only where NVML answers). The figures are
+"status"}}, "gpus": [NVML readings]}`` (``gpus`` only where NVML answers), and in the first
+snapshot of a profile ``uses`` (what the program uses that a layer read at its start sets). The figures are
 derived from consecutive snapshots in ``profile.py``, so snapshots recorded on another host
 (benchmarks/gpu_timeline.py records them with :func:`take`) replay through the same arithmetic.
 """
@@ -116,6 +117,19 @@ class Nvml:
         except Exception as exc:  # noqa: BLE001 - one reading missing is recorded, not fatal
             return {"nvml_error": str(exc)}
 
+    def compute_pids(self):
+        """``{gpu index: [pids of the processes computing on it]}``; a GPU NVML cannot list is left out."""
+        n, out = self.n, {}
+        listing = getattr(n, "nvmlDeviceGetComputeRunningProcesses", None)
+        if listing is None:
+            return None
+        for i, h in enumerate(self.handles):
+            try:
+                out[str(i)] = sorted({int(p.pid) for p in listing(h)})
+            except Exception:  # noqa: BLE001 - one GPU not listed is left out, not fatal
+                continue
+        return out
+
     def sample(self):
         n, out = self.n, []
         event_reasons = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
@@ -146,13 +160,61 @@ class Nvml:
         return out
 
 
-def take(root, t, nvml=None, clock=time.monotonic, proc="/proc"):
+# What a program uses that a layer read at its start sets: the libraries looked for in each
+# process's memory map, and the variables of its environment that say how many ranks a job has.
+LIBRARIES = {"nccl": "libnccl"}
+RANK_VARIABLES = ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
+
+
+def _maps_libraries(text):
+    found = set()
+    for line in (text or "").splitlines():
+        path = line.rsplit(" ", 1)[-1]
+        for name, stem in LIBRARIES.items():
+            if stem in path.rsplit("/", 1)[-1]:
+                found.add(name)
+    return sorted(found)
+
+
+def _rank_env(pid, proc):
+    try:
+        with open(os.path.join(proc, str(pid), "environ"), "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return None
+    out = {}
+    for item in raw.split(b"\0"):
+        key, _sep, value = item.partition(b"=")
+        name = key.decode("ascii", "replace")
+        if name in RANK_VARIABLES:
+            out[name] = value.decode("ascii", "replace")[:16]
+    return out
+
+
+def uses_of(tree, nvml=None, proc="/proc"):
+    """What the processes of ``tree`` (tree_of's dict) use: ``{"libraries": {pid: [names of
+    LIBRARIES mapped]}, "env": {pid: {rank variable: value}}, "gpu_pids": {gpu index: [pids]}
+    or None without NVML}``. Only those names and values are kept of a process's map and
+    environment."""
+    libraries, env = {}, {}
+    for pid in tree:
+        libraries[pid] = _maps_libraries(read(os.path.join(proc, pid, "maps")))
+        found = _rank_env(pid, proc)
+        if found:
+            env[pid] = found
+    return {"libraries": libraries, "env": env, "gpu_pids": nvml.compute_pids() if nvml is not None else None}
+
+
+def take(root, t, nvml=None, clock=time.monotonic, proc="/proc", deep=False):
     """One raw snapshot of the host, the process tree under ``root`` and the GPUs, stamped
-    ``t`` (seconds on the caller's clock); ``cost_s`` is what reading it took."""
+    ``t`` (seconds on the caller's clock); ``cost_s`` is what reading it took. ``deep`` adds
+    what the program uses (:func:`uses_of`), read once per profile."""
     start = clock()
     doc = {"t": round(t, 4), "host": {k: read(p.replace("/proc", proc, 1)) for k, p in HOST_FILES.items()}}
     doc["tree"] = tree_of(root, proc)
     if nvml is not None:
         doc["gpus"] = nvml.sample()
+    if deep:
+        doc["uses"] = uses_of(doc["tree"], nvml, proc)
     doc["cost_s"] = round(clock() - start, 5)
     return doc

@@ -31,7 +31,7 @@ __metaclass__ = type
 import copy
 import re
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.engine import fileops
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine import fileops, keeping
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.applying import ApplySteps, now
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import UntrustedJournal, new_entry
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import EFFECTS, SpecError, Unsupported
@@ -716,9 +716,20 @@ class Engine(ApplySteps):
 
     # ------------------------------------------------------------------ decisions
     def keep(self, run_id, decision=None):
+        """Record that the layer stays, with the decision that says why (``engine/keeping.py``).
+
+        A keep of a layer this run applied must carry its basis; one that kept a change a running
+        program sees without a trial is refused: the layer goes back to its snapshot first, then
+        the refusal is raised (SpecError) saying so."""
         entry = self.load(self.ctx.layer)
         if entry is None or entry["state"] not in ("applied", "kept"):
             raise SpecError("layer %s has no applied settings to keep" % self.ctx.layer)
+        if entry["state"] == "applied":
+            why = keeping.refusal(decision, self.moved_live(entry))
+            if why is not None:
+                put_back = dict(decision or {}, decision="rollback", reason="refused to keep: %s" % why)
+                self.restore("snapshot", run_id, decision=put_back, entry=entry)
+                raise SpecError("layer %s was not kept: %s. It was put back to its snapshot" % (self.ctx.layer, why))
         changed = entry["state"] != "kept" or (decision is not None and entry.get("decision") != decision)
         if changed and not self.check_mode:
             entry["state"] = "kept"
@@ -733,6 +744,23 @@ class Engine(ApplySteps):
             record["layer"] = self.ctx.layer
             self.journal.event(record)
         return self._summary("kept", [], [], entry, changed=changed)
+
+    def moved_live(self, entry):
+        """Ids of the layer's settings that a running program sees whose live value differs from
+        the snapshot taken before this run's apply (what a keep without a trial may not leave)."""
+        snap = entry.get("snapshot") or {}
+        before = snap.get("live") or {}
+        moved = []
+        for s in entry.get("settings") or []:
+            kind = KINDS.get(s.get("kind"))
+            if kind is None or s["id"] not in before or kind.reboot:
+                continue
+            if not kind.running_fields(s).get("seen_running"):
+                continue
+            obs = self.observe(s)
+            if obs["live_error"] is None and not kind.same(obs["live"], before[s["id"]]):
+                moved.append(s["id"])
+        return moved
 
     # ------------------------------------------------------------------ summary
     def _summary(self, action, rows, unsupported, entry, note=None, changed=None):
@@ -750,5 +778,7 @@ class Engine(ApplySteps):
             "overridden": [r["id"] for r in rows if r["status"] == "overridden"],
             "pending_reboot": [r["id"] for r in rows if r["status"] == "pending_reboot"],
             "layer_state": entry["state"] if entry else None,
+            # why a kept layer stays, in the words verify and the report use (engine/keeping.py)
+            "kept_as": keeping.words(entry.get("decision")) if entry and entry["state"] == "kept" else None,
             "notes": self.notes + ([note] if note else []),
         }

@@ -144,27 +144,93 @@ def check_gate_args(args, gate):
     return policy, search
 
 
+def keep_basis(decision):
+    """Why a kept layer stays (engine/keeping.py ``BASES``): ``unmeasured`` where no trial ran,
+    ``gain`` where the trial showed an improvement (a search keeps its winner on its objective),
+    else ``no_harm`` (kept under ``no_regression`` with nothing shown better)."""
+    if decision.get("measurable") is False:
+        return "unmeasured"
+    if decision.get("search"):
+        return "gain"
+    verdicts = decision.get("verdicts") or {}
+    return "gain" if any(v == "better" for v in verdicts.values()) else "no_harm"
+
+
+def _unseen_running(changes):
+    """The layer's written rows when none of them is seen by a process already running (each is
+    read when a program starts, or later), else None."""
+    written = [r for r in changes or [] if isinstance(r, dict) and r.get("changed")]
+    if not written or any(r.get("effect") in (None, "now") and r.get("seen_running") is not False for r in written):
+        return None
+    return written
+
+
+SIZES = ("full", "check")
+
+
+def sized(gate, size):
+    """The gate for a trial of this size: ``full`` is the budget as given; ``check`` (a layer the
+    diagnosis says cannot move the program) takes one look at ``min_blocks`` blocks or windows
+    per arm, which bounds the tail and the stalls in the least time."""
+    if size not in SIZES:
+        raise TrialError("size must be one of %s, got %r" % (", ".join(SIZES), size))
+    if size == "full":
+        return gate
+    least = gate.budget["min_blocks"]
+    return Gate(gate.settings, dict(gate.budget, max_blocks=least, max_windows=least))
+
+
 def not_measured(args, workloads, bench, policy):
-    """The decision on a layer no block can see (no workload runs here, or every change is seen
-    only later), or None when the layer is to be measured."""
+    """The decision on a layer no trial in this run can measure, or None when the layer is to be
+    measured: no workload runs here, every change is seen only later, or every change is read
+    when a program starts and the program measured does not use it (``not_used``: the
+    diagnosis's words). A search that cannot run puts the host's own value back."""
     changes = args.get("changes") or []
     if not isinstance(changes, list):
         raise TrialError("changes must be the list of the layer's setting rows (host_settings settings)")
     later = changes_seen_later(changes)
-    if workloads and not later:
+    not_used = args.get("not_used") or ""
+    unused = bool(not_used) and _unseen_running(changes) is not None
+    if workloads and not later and not unused:
         return None
     verdict = "keep" if args.get("unmeasurable", "keep") == "keep" else "rollback"
     decision = {"decision": verdict, "policy": policy, "measurable": False}
     if later:
         decision["seen_later"] = [{"id": sid, "effect": effect} for sid, effect in later]
+        decision["unmeasured"] = "seen_later"
         decision["reason"] = "%s: not measured: %s" % (verdict, unseen_reason(later))
+    elif unused:
+        decision["unmeasured"] = "not_used"
+        decision["reason"] = "%s: not measured: %s; kept as the host's configuration for the programs that do" % (
+            verdict,
+            not_used,
+        )
     else:
+        decision["unmeasured"] = "no_workload"
         decision["reason"] = "%s: not measurable on this host: %s" % (
             verdict,
             unmeasurable_reason(args.get("workloads") or [], bench.get("data_dir")),
         )
+    if args.get("search"):
+        # a search the user asked for is never skipped silently: the host's own value goes back
+        return search_not_run(args["search"], policy, decision["reason"].split(": ", 1)[1])
     decision["summary"] = decision["reason"]
     return decision
+
+
+def search_not_run(search, policy, why):
+    """The decision on a search that cannot run here: the layer goes back to the host's own
+    value, unjudged (the next run searches again), and the words say why."""
+    name = (search or {}).get("variable") or "the layer's candidates"
+    reason = "put back: the search of %s could not run, so the host keeps its own value: %s" % (name, why)
+    return {
+        "decision": "rollback",
+        "policy": policy,
+        "measurable": False,
+        "search_not_run": True,
+        "reason": reason,
+        "summary": reason,
+    }
 
 
 def runner_names(runner_for, gpu_count, override=None, data_dir=None, first=()):
@@ -279,6 +345,10 @@ class TrialLoop:
             # measured once as the host's arm (not a second time as a candidate)
             search = dict(search, host_value=search["values"][0])
         live, live_info = live_plan(rows, workloads, bench, wanted=bench.get("live", True) is not False)
+        if search and not live:
+            # a search runs in one running program; where none can run it, the host keeps its own value
+            decision = search_not_run(search, policy, "it needs a live trial: %s" % live_info)
+            return decision, {w: {"without": [], "with": []} for w in workloads}, None
         trial = None
         if live:
             state["unit"] = "window"  # what a stop lands in, for the journal's reason
@@ -517,8 +587,6 @@ class TrialLoop:
         an arm, put in place through the settings engine (the layer switched off, then applied
         with the candidate's settings); the host's own value is the layer switched off."""
         guard, state = self.guard, self.state
-        if not live:
-            raise TrialError("a search of %s needs a live trial: %s" % (search["variable"], live_info))
         w = workloads[0]
 
         def switch(value):
@@ -655,9 +723,17 @@ class TrialLoop:
             return None  # the session ends with the runner in any case
 
     def finish(self, decision):
-        """Keep the layer or put it back to its snapshot, with the decision in the journal."""
-        summary = {k: v for k, v in decision.items() if k not in ("workloads", "order")}
+        """Keep the layer or put it back to its snapshot, with the decision in the journal.
+        A keep says why the layer stays (``basis``: engine/keeping.py), which the engine checks."""
         if decision["decision"] == "keep":
+            decision.setdefault("basis", keep_basis(decision))
+        summary = {k: v for k, v in decision.items() if k not in ("workloads", "order")}
+        if decision.get("search_not_run"):
+            # unjudged: the journal goes back to what it held before this run's apply, so the
+            # next run searches again instead of taking the candidates as rejected
+            restored = self.engine("interrupted", decision={"reason": decision["reason"]})
+            decision["restored"] = [r.get("id") for r in (restored or {}).get("settings") or [] if r.get("changed")]
+        elif decision["decision"] == "keep":
             self.engine("kept", decision=summary)
         else:
             restored = self.engine("restored", restore_to="snapshot", decision=summary)

@@ -392,6 +392,10 @@ RENAMED = {
         "stacktune_metrics_dir (the directory; the file in it is stacktune_acceptance.prom), "
         "or acceptance_metrics_enabled: false to write none"
     ),
+    "stacktune_diagnose_skip": (
+        "stacktune_diagnose_size_trials (the diagnosis sizes the trials and never skips one; "
+        "stacktune_gate_keep_harmless: false puts back a layer that does not measurably help)"
+    ),
 }
 
 

@@ -101,6 +101,9 @@ def _cause(decision, word):
     known = [d for d in _dims(decision) if verdicts.get(d) in ("better", "same", "worse")]
     if word == "keep" and better:
         return "better: %s; nothing worse" % ", ".join(NAMES.get(d, d) for d in better)
+    if word == "keep" and decision.get("basis") == "no_harm":
+        # a layer kept with nothing shown better: it stays because the trial showed it harmless
+        return "checked: no harm, nothing measured worse" + ("" if known else " (every change within the noise)")
     if word == "keep":
         return "nothing measured worse" + ("" if known else " (every change within the noise)")
     if word == "rolled back" and decision.get("policy") == "improve":

@@ -19,6 +19,8 @@ __metaclass__ = type
 import math
 import re
 
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.keeping import BASES
+
 # The file's name in node_exporter's textfile directory (stacktune_metrics_dir).
 FILE_NAME = "stacktune.prom"
 
@@ -40,6 +42,7 @@ DIAGNOSIS_VERDICTS = (
     "unclear",
 )
 
+KEPT_BASIS = "stacktune_layer_kept_basis"
 TIMESTAMP = "stacktune_last_run_timestamp_seconds"
 SUCCESS = "stacktune_last_run_success"
 DRIFT = "stacktune_drift_settings"
@@ -52,6 +55,12 @@ FAMILIES = (
         "stacktune_layer_decision",
         "gauge",
         "Last gate decision of each layer: 1 for the decision taken, 0 for the others.",
+    ),
+    (
+        KEPT_BASIS,
+        "gauge",
+        "Why each kept layer stays: 1 for its basis (gain: measured, helps; no_harm: measured, no harm; "
+        "unmeasured: no trial in its run could measure it), 0 for the others.",
     ),
     ("stacktune_layer_settings", "gauge", "Number of settings the layer owns in the journal."),
     (
@@ -168,6 +177,7 @@ def layer_view(journal_entries, records=None):
             "state": entry.get("state"),
             "settings": len(entry.get("settings") or []),
             "decision": decision.get("decision"),
+            "basis": decision.get("basis") if entry.get("state") == "kept" else None,
             "throughput_ratio": throughput,
             "tail_ratio": tail,
         }
@@ -209,6 +219,9 @@ def render(layers, playbook, success, now, previous_text=None, drift_settings=No
                 samples["stacktune_layer_decision"].append(
                     ({"layer": layer, "decision": candidate}, int(candidate == view["decision"]))
                 )
+        if view.get("basis") in BASES:
+            for candidate in BASES:
+                samples[KEPT_BASIS].append(({"layer": layer, "basis": candidate}, int(candidate == view["basis"])))
         if view.get("settings") is not None:
             samples["stacktune_layer_settings"].append(({"layer": layer}, view["settings"]))
         if view.get("throughput_ratio") is not None:

@@ -44,7 +44,7 @@ def kept(fakeroot):
         eng = Engine(Context(layer, root=str(fakeroot)), open_journal(JOURNAL, str(fakeroot)))
         eng.apply(specs, "run1")
         Engine(Context(layer, root=str(fakeroot)), open_journal(JOURNAL, str(fakeroot))).keep(
-            "run1", {"decision": "keep"}
+            "run1", {"decision": "keep", "basis": "gain"}
         )
     return fakeroot
 

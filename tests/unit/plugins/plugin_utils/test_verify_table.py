@@ -49,7 +49,7 @@ def kernel_host(fakeroot):
     write(fakeroot, "/proc/sys/vm/dirty_ratio", "20\n")
     write(fakeroot, "/proc/sys/vm/dirty_background_ratio", "10\n")
     engine(fakeroot, "kernel").apply(KERNEL, "run1")
-    engine(fakeroot, "kernel").keep("run1")
+    engine(fakeroot, "kernel").keep("run1", {"decision": "keep", "basis": "gain"})
     return fakeroot
 
 

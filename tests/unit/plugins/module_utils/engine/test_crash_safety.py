@@ -162,7 +162,7 @@ def test_a_layer_left_applied_by_a_killed_run_is_recovered_before_the_next_run(f
 
 def test_recovery_keeps_what_an_earlier_run_kept(fakeroot, tmp_path, hash_tree):
     engine(fakeroot, "kernel").apply(SETTINGS["kernel"][:1], "run1")
-    engine(fakeroot, "kernel").keep("run1")
+    engine(fakeroot, "kernel").keep("run1", {"decision": "keep", "basis": "gain"})
     kept = hash_tree(fakeroot)
     engine(fakeroot, "kernel").apply(SETTINGS["kernel"], "run2")
     engine(fakeroot, "kernel").recover("run3")

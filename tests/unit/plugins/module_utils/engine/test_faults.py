@@ -67,7 +67,7 @@ def test_a_failed_persist_puts_the_live_values_back_and_says_so(fakeroot, read_o
 def test_a_failed_persist_over_a_kept_layer_goes_back_to_the_kept_settings(fakeroot, read_only, hash_tree):
     eng = engine(fakeroot)
     eng.apply(KERNEL[:1], "run-a")
-    eng.keep("run-a")
+    eng.keep("run-a", {"decision": "keep", "basis": "gain"})
     kept = hash_tree(fakeroot)
     read_only(fakeroot / "etc/sysctl.d")
     with pytest.raises(SpecError, match="every change of this apply was put back.*the journal says kept"):
@@ -170,7 +170,7 @@ def test_a_drift_correction_puts_an_undecided_layer_back_never_re_applies_it(fak
 def test_a_drift_correction_re_applies_a_kept_layer(fakeroot, hash_tree):
     eng = engine(fakeroot)
     eng.apply(KERNEL, "run-a")
-    eng.keep("run-a")
+    eng.keep("run-a", {"decision": "keep", "basis": "gain"})
     kept = hash_tree(fakeroot)
     with open(os.path.join(str(fakeroot), "proc/sys/vm/swappiness"), "w") as handle:
         handle.write("30\n")
@@ -186,7 +186,7 @@ def test_a_restore_that_cannot_write_a_file_changes_nothing_and_says_so(fakeroot
     pristine = hash_tree(fakeroot)
     settings = KERNEL + [{"kind": "sysfs", "key": "/sys/kernel/mm/transparent_hugepage/enabled", "value": "never"}]
     engine(fakeroot).apply(settings, "run-a")
-    engine(fakeroot).keep("run-a")
+    engine(fakeroot).keep("run-a", {"decision": "keep", "basis": "gain"})
     applied = hash_tree(fakeroot)
     read_only(fakeroot / blocked)
     with pytest.raises(SpecError) as caught:

@@ -226,7 +226,7 @@ def test_a_live_write_the_kernel_refuses_is_not_persisted_and_undoes_the_others(
 
 def test_a_kept_setting_that_can_no_longer_be_read_is_drift(fakeroot):
     engine(fakeroot, "kernel").apply(SYSCTL, "run1")
-    engine(fakeroot, "kernel").keep("run1", {"decision": "keep"})
+    engine(fakeroot, "kernel").keep("run1", {"decision": "keep", "basis": "gain"})
     os.remove(host(fakeroot, "/proc/sys/vm/swappiness"))
     out = engine(fakeroot, "kernel").verify()
     row = out["settings"][0]

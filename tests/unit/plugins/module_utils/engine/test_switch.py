@@ -93,7 +93,7 @@ def test_switch_without_a_layer_applied_in_the_run_is_refused(fakeroot, hash_tre
         engine(fakeroot).switch(swappiness("10"), "run1", 10)
     assert hash_tree(fakeroot) == before
     engine(fakeroot).apply(swappiness("30"), "run1")
-    engine(fakeroot).keep("run1", {"decision": "keep"})
+    engine(fakeroot).keep("run1", {"decision": "keep", "basis": "gain"})
     with pytest.raises(SpecError, match="no settings applied"):
         engine(fakeroot).switch(swappiness("10"), "run1", 10)
     assert read(fakeroot, "/proc/sys/vm/swappiness") == "30\n"

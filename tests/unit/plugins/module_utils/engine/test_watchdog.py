@@ -71,7 +71,7 @@ def test_an_expired_lease_puts_the_undecided_layer_back(fakeroot, hash_tree, sta
 
 def test_a_decided_layer_is_left_as_it_is(fakeroot):
     engine = applied(fakeroot)
-    engine.keep("run-a", {"decision": "keep", "reason": "measured better"})
+    engine.keep("run-a", {"decision": "keep", "basis": "gain", "reason": "measured better"})
     expire(fakeroot)
     out = watchdog.watch("run-a", JOURNAL, str(fakeroot), sleep=lambda _s: None)
     assert out["put_back"] == []
@@ -171,7 +171,7 @@ def test_the_watchdog_holds_the_host_and_never_ends_a_live_controllers_lease(fak
 def test_a_rollback_stopped_by_a_signal_gives_the_host_back_and_says_what_to_run(fakeroot):
     engine = Engine(Context("kernel", root=str(fakeroot)), open_journal(JOURNAL, str(fakeroot)))
     engine.apply(SPECS, "tune-1")
-    engine.keep("tune-1")
+    engine.keep("tune-1", {"decision": "keep", "basis": "gain"})
     controller = subprocess.Popen(["sleep", "60"])  # the rollback's ansible-playbook
     lock = RunLock(str(fakeroot))
     lock.take("rollback-1", "alice@ctl", 600, entry="rollback", controller=controller_of(controller.pid))

@@ -354,3 +354,59 @@ def test_a_gate_needs_a_layer_and_a_known_policy():
         trial_loop.check_gate_args(task(layer=None), gate)
     with pytest.raises(TrialError, match="policy must be one of"):
         trial_loop.check_gate_args(task(policy="faster"), gate)
+
+
+# ------------------------------------------------------------------ every route to a keep
+
+NCCL_ROW = {"id": "file:/etc/nccl.conf", "changed": True, "effect": "now", "seen_running": False}
+NOT_USED = "the program does not use NCCL collectives (it holds one GPU (0) and names no ranks in its environment)"
+
+
+def test_a_layer_the_program_reads_at_start_and_does_not_use_is_not_measured():
+    args = task(layer="nccl", workloads=["command"], changes=[NCCL_ROW], not_used=NOT_USED)
+    decision = trial_loop.not_measured(args, ["command"], {}, "no_regression")
+    assert (decision["decision"], decision["unmeasured"]) == ("keep", "not_used")
+    assert decision["reason"] == (
+        "keep: not measured: %s; kept as the host's configuration for the programs that do" % NOT_USED
+    )
+    assert trial_loop.keep_basis(decision) == "unmeasured"
+    # a change a running program sees is measured whatever the diagnosis says the program uses
+    args = task(changes=[NCCL_ROW, LIVE_ROW], not_used=NOT_USED)
+    assert trial_loop.not_measured(args, ["command"], {}, "no_regression") is None
+    # without the diagnosis's words the program's blocks measure it
+    assert trial_loop.not_measured(task(changes=[NCCL_ROW]), ["command"], {}, "no_regression") is None
+
+
+def test_a_search_that_cannot_run_puts_the_hosts_own_value_back_and_says_why():
+    search = {"variable": "memory_thp_enabled", "candidates": []}
+    args = task(layer="memory", workloads=[], search=search)
+    decision = trial_loop.not_measured(args, [], {}, "improve")
+    assert decision["decision"] == "rollback" and decision["search_not_run"] is True
+    assert decision["reason"].startswith(
+        "put back: the search of memory_thp_enabled could not run, so the host keeps its own value: "
+        "not measurable on this host: none of the workloads"
+    )
+    # the journal goes back unjudged (the next run searches again), never to 'rejected'
+    host = Host({True: [], False: []})
+    TrialLoop(task(), host.engine, host.bench).finish(decision)
+    assert host.states() == ["interrupted"]
+
+
+def test_the_basis_of_every_keep_the_gate_makes():
+    assert trial_loop.keep_basis({"verdicts": {"throughput": "better", "tail": "same"}}) == "gain"
+    assert trial_loop.keep_basis({"verdicts": {"throughput": "same", "tail": "unknown"}}) == "no_harm"
+    assert trial_loop.keep_basis({"measurable": False}) == "unmeasured"
+    assert trial_loop.keep_basis({"search": {"chosen": "never"}}) == "gain"
+    host = Host({True: [], False: []})
+    decision = {"decision": "keep", "verdicts": {"throughput": "same"}}
+    TrialLoop(task(), host.engine, host.bench).finish(decision)
+    assert decision["basis"] == "no_harm"
+
+
+def test_a_check_takes_one_look():
+    _mode, gate, _bench, _workloads = trial_loop.check_args(task())
+    assert trial_loop.sized(gate, "full") is gate
+    small = trial_loop.sized(gate, "check")
+    assert (small.budget["max_blocks"], small.budget["max_windows"]) == (4, 4)
+    with pytest.raises(TrialError, match="size must be one of full, check"):
+        trial_loop.sized(gate, "tiny")

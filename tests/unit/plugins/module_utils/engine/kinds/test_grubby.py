@@ -198,7 +198,7 @@ def test_restore_to_original_is_byte_exact(tree):
 
 def test_a_gate_rollback_returns_to_the_kept_arguments(tree):
     engine(tree).apply(ARGS[:1], "run1")
-    engine(tree).keep("run1")
+    engine(tree).keep("run1", {"decision": "keep", "basis": "gain"})
     kept = everything(tree)
     engine(tree).apply(ARGS, "run2")
     assert options(tree, NEW)[-1] == "numa_balancing=disable"
