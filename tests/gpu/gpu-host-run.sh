@@ -12,7 +12,7 @@ RUN_DIR="${RUN_DIR:-/tmp/stacktune-gpu-run}"
 mkdir -p "$RUN_DIR"
 log="$RUN_DIR/gpu-host-run.log"
 exec > >(tee -a "$log") 2>&1
-steps="${*:-capture pytest facts bench tune acceptance}"  # also: diagnose search safety failures signals signals-diagnose cost cost-default gate-a gate-b calibrate nccl acceptance-depth cpuio record1 record-user live-windows live-gate live-user cores
+steps="${*:-capture pytest facts bench tune acceptance}"  # also: user-gpu user-loader user-thp diagnose search safety failures signals signals-diagnose cost cost-default gate-a gate-b calibrate nccl acceptance-depth cpuio record1 record-user live-windows live-gate live-user cores
 py="${PYTHON:-python3}"
 if [ -d .whl ] && ! "$py" -c 'import ansible' 2>/dev/null; then
   "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -322,6 +322,36 @@ d = json.load(open("/var/lib/stacktune/run.lock")); h = d.get("holder"); print("
         echo "after rollback: $(nvidia-smi --query-gpu=power.limit --format=csv,noheader)"
       done
       nvidia-smi -pl 700 >/dev/null
+      ;;
+    user-gpu|user-loader)
+      # the default layers (TUNE_VARS) gated on a user's own program streamed live: the GPU-bound
+      # bf16 transformer (user-gpu) or the DataLoader-bound ResNet-18 (user-loader); every live
+      # change measured, nccl not measured on a one-GPU program; then verify and rollback
+      if [ "$step" = user-gpu ]; then name=gpu prog="$PWD/tests/gpu/transformer_program.py"; else name=loader prog="$PWD/tests/gpu/train_step_program.py"; fi
+      echo "state hash before: $(state_hash before)"
+      t0=$(date +%s)
+      run ap tune.yml -e stacktune_run_id="user-$name" -e stacktune_report_dir="$RUN_DIR/reports" -e "$TUNE_VARS" -e "{
+        \"stacktune_bench_workload\": \"command\", \"stacktune_bench_command\": [\"$py\", \"$prog\", \"--steps\", \"120\"],
+        \"stacktune_bench_live_command\": [\"$py\", \"$prog\", \"--steps\", \"100000000\"]}"
+      echo "default layers on the user's $name-bound program streamed live: tune.yml took $(( $(date +%s) - t0 )) s"
+      run ap playbooks/verify.yml
+      run ap playbooks/rollback.yml
+      echo "state hash after rollback: $(state_hash after)"
+      diff "$RUN_DIR/state-before.txt" "$RUN_DIR/state-after.txt" && echo "ROLLBACK EXACT (user-$name): state after rollback == before tune"
+      ;;
+    user-thp)
+      # a search the user asked for on a layer the diagnosis says cannot move the program: THP's
+      # three values on the GPU-bound transformer; the search runs (never skipped), then rollback
+      prog="$PWD/tests/gpu/transformer_program.py"
+      echo "THP before: $(cat /sys/kernel/mm/transparent_hugepage/enabled)"
+      t0=$(date +%s)
+      run ap tune.yml -e stacktune_run_id=user-thp -e stacktune_report_dir="$RUN_DIR/reports" -e "{
+        \"stacktune_layers\": [\"memory\"], \"memory_thp_enabled\": [\"always\", \"never\", \"madvise\"],
+        \"stacktune_bench_workload\": \"command\", \"stacktune_bench_command\": [\"$py\", \"$prog\", \"--steps\", \"120\"],
+        \"stacktune_bench_live_command\": [\"$py\", \"$prog\", \"--steps\", \"100000000\"]}"
+      echo "THP search on the user's GPU-bound program: tune.yml took $(( $(date +%s) - t0 )) s; THP now $(cat /sys/kernel/mm/transparent_hugepage/enabled)"
+      run ap playbooks/rollback.yml
+      echo "THP after rollback: $(cat /sys/kernel/mm/transparent_hugepage/enabled)"
       ;;
     live-user)
       # a user's own program streamed through a live trial (the ResNet-18 DataLoader program,

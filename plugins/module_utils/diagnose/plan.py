@@ -145,7 +145,7 @@ def layer_plan(layer_workloads, diagnosis, target, bench_workload, size=True, me
                 why,
                 "kept only if a short trial shows no harm"
                 if keep_harmless
-                else "kept only if a short trial shows a gain (stacktune_gate_keep_harmless=false)",
+                else "kept only if a short trial shows a gain (stacktune_diagnose_keep_harmless=false)",
             )
         )
     return out

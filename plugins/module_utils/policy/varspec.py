@@ -394,7 +394,7 @@ RENAMED = {
     ),
     "stacktune_diagnose_skip": (
         "stacktune_diagnose_size_trials (the diagnosis sizes the trials and never skips one; "
-        "stacktune_gate_keep_harmless: false puts back a layer that does not measurably help)"
+        "stacktune_diagnose_keep_harmless: false puts back a layer that does not measurably help)"
     ),
 }
 

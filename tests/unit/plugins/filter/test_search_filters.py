@@ -71,6 +71,7 @@ def searched(root, layer, variable, values, chosen, decision):
         eng().switch(rows(v), "run1", v)
     record = {
         "decision": decision,
+        "basis": "gain",
         "method": "search",
         "search": {
             "variable": variable,
@@ -169,7 +170,7 @@ def test_a_candidate_equal_to_the_host_value_still_counts_as_given(fakeroot):
     eng.apply([{"kind": "sysctl", "key": "vm.swappiness", "value": "20"}], "run1")
     rows = [{"arm": "host", "value": 6}, {"arm": "candidate", "value": 20}, {"arm": "candidate", "value": 1}]
     search = {"variable": "extra", "chosen": 1, "rows": rows, "candidates": [20, 1, 6]}
-    eng.keep("run1", {"decision": "keep", "method": "search", "search": search})
+    eng.keep("run1", {"decision": "keep", "basis": "gain", "method": "search", "search": search})
     journaled = journal.summary()
     assert journaled[0]["search"]["candidates"] == [20, 1, 6]
     assert search_settled([20, 1, 6], "memory", "extra", journaled) == {

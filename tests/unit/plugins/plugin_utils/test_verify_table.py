@@ -60,7 +60,7 @@ def table(lines):
 
 def test_a_kernel_layer_of_five_sysctls_is_one_title_a_header_and_five_rows(kernel_host):
     lines = render_layer(engine(kernel_host, "kernel").verify())
-    assert lines[0] == "kernel [kept]: 5 settings, 5 ok"
+    assert lines[0] == "kernel [kept (measured: helps)]: 5 settings, 5 ok"
     assert table(lines)[0] == list(COLUMNS)
     assert table(lines)[1:] == [
         ["sysctl:vm.swappiness", "10", "10", "10", "10", "ok", "-"],
@@ -82,7 +82,7 @@ def test_drift_an_override_at_boot_and_a_running_tool_show_in_their_columns(kern
     write(kernel_host, "/etc/tuned/active_profile", "throughput-performance\n")
     write(kernel_host, "/proc/300/comm", "tuned\n")
     lines = render_layer(engine(kernel_host, "kernel").verify())
-    assert lines[0] == "kernel [kept]: 5 settings, 1 drift, 3 ok, 1 overridden"
+    assert lines[0] == "kernel [kept (measured: helps)]: 5 settings, 1 drift, 3 ok, 1 overridden"
     rows = {r[0]: r[1:] for r in table(lines)[1:]}
     assert rows["sysctl:vm.swappiness"] == ["10", "10", "10", "30", "overridden", "tuned, /etc/sysctl.d/99-site.conf"]
     assert rows["sysctl:vm.dirty_ratio"] == ["40", "20", "40", "40", "drift", "tuned"]

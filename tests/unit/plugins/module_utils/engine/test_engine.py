@@ -95,7 +95,7 @@ def test_files_lines_and_mounts(fakeroot):
 
 def test_verify_reports_drift_of_live_and_persisted(fakeroot):
     engine(fakeroot, "kernel").apply(KERNEL, "run1")
-    engine(fakeroot, "kernel").keep("run1")  # a drift fix re-applies only what a gate kept
+    engine(fakeroot, "kernel").keep("run1", {"decision": "keep", "basis": "gain"})  # a drift fix re-applies only what a gate kept
     clean = engine(fakeroot, "kernel").verify()
     assert clean["drift"] == []
     with open(os.path.join(str(fakeroot), "proc/sys/vm/swappiness"), "w") as handle:
@@ -126,7 +126,7 @@ def test_restore_original_is_byte_exact(fakeroot, hash_tree, layer, specs):
 def test_gate_rollback_returns_to_the_previous_kept_state(fakeroot, hash_tree):
     first = [{"kind": "sysctl", "key": "vm.swappiness", "value": "10"}]
     engine(fakeroot, "kernel").apply(first, "run1")
-    engine(fakeroot, "kernel").keep("run1", {"decision": "keep"})
+    engine(fakeroot, "kernel").keep("run1", {"decision": "keep", "basis": "gain"})
     kept_state = hash_tree(fakeroot)
     second = first + [{"kind": "sysctl", "key": "vm.max_map_count", "value": "1048576"}]
     engine(fakeroot, "kernel").apply(second, "run2")
@@ -228,7 +228,7 @@ def test_a_minimum_is_applied_once_and_then_held(fakeroot, hash_tree):
     assert changed_ids(first) == ["sysctl:vm.max_map_count", "sysctl:vm.swappiness"]
     assert read(fakeroot, "/proc/sys/vm/max_map_count") == "1048576\n"
     assert "vm.max_map_count = 1048576\n" in read(fakeroot, "/etc/sysctl.d/60-stacktune-kernel.conf")
-    engine(fakeroot, "kernel").keep("run1", {"decision": "keep"})
+    engine(fakeroot, "kernel").keep("run1", {"decision": "keep", "basis": "gain"})
     applied = hash_tree(fakeroot)
     predicted = engine(fakeroot, "kernel", check=True).apply(MINIMUM, "run2")
     again = engine(fakeroot, "kernel").apply(MINIMUM, "run2")
@@ -288,12 +288,12 @@ def test_settings_the_gate_rejected_are_not_retried_by_default(fakeroot, hash_tr
 
 def test_a_run_that_changes_nothing_leaves_a_kept_layer_kept(fakeroot):
     engine(fakeroot, "kernel").apply(KERNEL[:2], "run1")
-    engine(fakeroot, "kernel").keep("run1", {"decision": "keep"})
+    engine(fakeroot, "kernel").keep("run1", {"decision": "keep", "basis": "gain"})
     again = engine(fakeroot, "kernel").apply(KERNEL[:2], "run2")
     assert again["changed"] is False
     assert again["layer_state"] == "kept"
     entry = open_journal("/var/lib/stacktune", str(fakeroot)).load("kernel")
-    assert entry["decision"] == {"decision": "keep"}
+    assert entry["decision"] == {"decision": "keep", "basis": "gain"}
 
 
 def test_remount_keeps_the_mount_flags(fakeroot, monkeypatch):
@@ -373,7 +373,7 @@ def test_an_interrupted_measurement_puts_the_layer_back_without_a_verdict(fakero
 
 def test_interrupting_a_decided_layer_changes_nothing(fakeroot, hash_tree):
     engine(fakeroot, "kernel").apply(KERNEL[:3], "run1")
-    engine(fakeroot, "kernel").keep("run1", {"decision": "keep"})
+    engine(fakeroot, "kernel").keep("run1", {"decision": "keep", "basis": "gain"})
     kept = hash_tree(fakeroot)
     out = engine(fakeroot, "kernel").interrupt("run1", "SIGTERM")
     assert not out["changed"] and "kept: nothing to put back" in out["notes"][0]
@@ -397,7 +397,7 @@ def test_a_layer_left_switched_off_by_a_dead_run_is_recovered(fakeroot, hash_tre
 def test_reapply_after_a_kept_layer_returns_to_the_kept_state(fakeroot, hash_tree):
     first = [{"kind": "sysctl", "key": "vm.swappiness", "value": "10"}]
     engine(fakeroot, "kernel").apply(first, "run1")
-    engine(fakeroot, "kernel").keep("run1", {"decision": "keep"})
+    engine(fakeroot, "kernel").keep("run1", {"decision": "keep", "basis": "gain"})
     kept = hash_tree(fakeroot)
     second = first + [{"kind": "sysctl", "key": "vm.max_map_count", "value": "1048576"}]
     engine(fakeroot, "kernel").apply(second, "run2")
@@ -692,7 +692,7 @@ def test_journal_summary_lists_each_layer_with_what_it_holds(fakeroot):
     assert journal.summary() == []
     engine(fakeroot, "kernel").apply(KERNEL, "run1")
     engine(fakeroot, "memory").apply(FILES, "run1")
-    engine(fakeroot, "memory").keep("run1", {"decision": "keep"})
+    engine(fakeroot, "memory").keep("run1", {"decision": "keep", "basis": "gain"})
     engine(fakeroot, "kernel").restore("snapshot", "run1", {"decision": "rollback"})
     rows = {row["layer"]: row for row in journal.summary()}
     assert sorted(rows) == ["kernel", "memory"]
@@ -709,7 +709,7 @@ def test_a_drift_correction_leaves_a_kept_layer_kept(fakeroot, hash_tree):
     """drift.yml with stacktune_drift_fix re-applies from the journal: the layer stays kept, so the
     next run does not take it for one a stopped run left unjudged (and put back the drifted state)."""
     engine(fakeroot, "nccl").apply(FILES[:1], "run1")
-    engine(fakeroot, "nccl").keep("run1", {"decision": "keep"})
+    engine(fakeroot, "nccl").keep("run1", {"decision": "keep", "basis": "gain"})
     kept = hash_tree(fakeroot)
     with open(os.path.join(str(fakeroot), "etc/nccl.conf"), "a") as handle:
         handle.write("NCCL_DEBUG=INFO\n")
