@@ -34,7 +34,7 @@ BASES = {
 UNMEASURED = {
     "seen_later": ("every change takes effect at the next login or boot", False),
     "not_used": ("read when a program starts, and the program measured does not use it", False),
-    "no_workload": ("no workload on this host can see it (stacktune_gate_unmeasurable)", True),
+    "no_workload": ("no workload on this host can see it", True),
     "gate_off": ("the gate is off (stacktune_gate=false)", True),
     "nothing_changed": ("this run changed nothing a program sees", False),
 }
