@@ -16,7 +16,8 @@ MEANINGS = {
     "applying": "a run was writing the layer and stopped mid-way; the next run (or rollback) puts it back",
     "applied": "written by a run that has not decided on it yet; if that run is gone, the next run puts it back",
     "suspended": "switched off for a measurement block; if the run is gone, the next run puts it back",
-    "kept": "the gate kept it (or kept it unmeasured): verify and drift check these settings",
+    "kept": "a trial showed it helps (measured: helps) or no harm (measured: no harm), or no trial in its run"
+    " could measure it (not measured, with why): verify and drift check these settings",
     "rolled_back": "the gate rolled it back: the host has the values from before that run, and the next run does"
     " not try the rejected settings again unless asked (stacktune_retry_rejected)",
     "restored": "holds no setting: its plan had nothing to change on this host, or rollback put it back to"

@@ -95,7 +95,8 @@ def test_files_lines_and_mounts(fakeroot):
 
 def test_verify_reports_drift_of_live_and_persisted(fakeroot):
     engine(fakeroot, "kernel").apply(KERNEL, "run1")
-    engine(fakeroot, "kernel").keep("run1", {"decision": "keep", "basis": "gain"})  # a drift fix re-applies only what a gate kept
+    # a drift fix re-applies only what a gate kept
+    engine(fakeroot, "kernel").keep("run1", {"decision": "keep", "basis": "gain"})
     clean = engine(fakeroot, "kernel").verify()
     assert clean["drift"] == []
     with open(os.path.join(str(fakeroot), "proc/sys/vm/swappiness"), "w") as handle:
