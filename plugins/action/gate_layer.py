@@ -171,12 +171,13 @@ class ActionModule(ActionBase):
     def _put_back(self, task_vars, reason):
         """Put the layer back to its snapshot, unjudged; say what was done."""
         try:
-            self._engine("interrupted", task_vars, decision={"reason": reason})
+            res = self._engine("interrupted", task_vars, decision={"reason": reason})
         except LeaseLost as exc:
             return "The layer was left as it is: %s" % exc
         except AnsibleActionFail as exc:
             return "Putting the layer back failed too (%s); run %s" % (exc, command("rollback", task_vars))
-        return "The layer was put back to its snapshot: the host is as it was before this layer"
+        said = "The layer was put back to its snapshot: the host is as it was before this layer"
+        return "%s (%s)" % (said, res["lease_trouble"]) if res.get("lease_trouble") else said
 
     def _interrupted(self, exc, state, task_vars, controller_pid):
         """The run was stopped while this layer was measured: put it back, free the host, say so."""

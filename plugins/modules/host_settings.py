@@ -310,10 +310,18 @@ lease_lost:
   description: True when the run's lease was released, broken or taken over; nothing was written.
   returned: on failure
   type: bool
+lease_trouble:
+  description:
+    - Undo first, record after. When the run's lease record could not be read or written and the run's
+      watchdog could not rewrite it, a call that puts a layer back (I(state=suspended), C(restored) or
+      C(interrupted)) of a layer this run applied still puts it back, then says here what could not be recorded.
+  returned: when the lease could not be renewed
+  type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine import lease
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.engine import Engine
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import (
     check_layer_name,
@@ -373,13 +381,20 @@ def main():
     }[p["state"]]
     locked = False
     lock_notes = []
+    trouble = None
     try:
         if p["state"] != "verify" and not module.check_mode:
             journal.lock(p["lock_timeout"])
             locked = True
             lock = RunLock(p["root"])
-            lock.renew(p["run_id"])
-            lock_notes = lock.notes  # a wall-clock step the renewal saw
+
+            def owns_layer():
+                entry = engine.load(p["layer"])
+                return entry is not None and entry.get("run_id") == p["run_id"]
+
+            # undo first, record after: a layer goes back even where its lease record cannot be kept
+            trouble = lease.renew(lock, p["run_id"], p["state"], p["journal_dir"], p["root"], owns_layer)
+            lock_notes = lock.notes  # a wall-clock step the renewal saw, a repaired record
         if p["state"] == "present":
             result = engine.apply(p["settings"], p["run_id"], from_journal=p["from_journal"])
         elif p["state"] == "verify":
@@ -407,6 +422,9 @@ def main():
             journal.unlock()
 
     result["notes"] = lock_notes + result.get("notes", [])
+    if trouble:
+        result["lease_trouble"] = trouble
+        result["notes"].append(trouble)
     if module._diff and p["state"] in ("present", "reapplied", "switched"):
         result["diff"] = {
             "before": {

@@ -228,7 +228,7 @@ def main():
     while True:
         locked = False
         try:
-            lost = _lease_ended(lock, p["run_id"])
+            lost = _lease_ended(lock, p["run_id"], tolerate_torn=p["force"])
             if lost:
                 result.update(lease_ended=lost, lease_lost=True)
                 if p["state"] == "locked":
@@ -259,7 +259,7 @@ def main():
                 if p["watch"] and not module.check_mode and p["run_id"] != "manual":
                     result["watchdog_pid"] = watchdog.spawn(p["run_id"], p["journal_dir"], p["root"])
             elif p["state"] == "checked":
-                result["previous"] = lock.holder()
+                result["previous"] = lock.holder(tolerate_torn=p["force"])
                 if not p["force"] and not lost:
                     lock.check(p["run_id"])
             else:
@@ -293,13 +293,14 @@ def main():
     module.exit_json(**result)
 
 
-def _lease_ended(lock, run_id):
+def _lease_ended(lock, run_id, tolerate_torn=False):
     """How run_id's lease ended, in words, when something other than the run itself ended it
-    (the host's watchdog, another run breaking or taking it over); None while it holds the host."""
-    holder = lock.holder()
+    (the host's watchdog, another run breaking or taking it over); None while it holds the host.
+    ``tolerate_torn`` (stacktune_lock_break): an unreadable record tells nothing, so None."""
+    holder = lock.holder(tolerate_torn=tolerate_torn)
     if holder is not None and holder["run_id"] == run_id:
         return None
-    ended = lock.ended(run_id)
+    ended = lock.ended(run_id, tolerate_torn=tolerate_torn)
     if ended is None or (ended.get("ended") == "released" and ended.get("by") == run_id):
         return None
     if ended.get("ended") == "watchdog":

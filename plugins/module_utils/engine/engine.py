@@ -32,7 +32,7 @@ import copy
 import re
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine import fileops, keeping
-from ansible_collections.stacktune.gpu.plugins.module_utils.engine.applying import ApplySteps, now
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.applying import ApplySteps, failure_words, now
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import UntrustedJournal, new_entry
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import EFFECTS, SpecError, Unsupported
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.file import check_path
@@ -596,9 +596,7 @@ class Engine(ApplySteps):
                 "reason": why,
             }
             entry["history"].append(record)
-            self.journal.save(entry)
-            record["layer"] = layer
-            self.journal.event(record)
+            self._record_undo(entry, record, left_as)
         result["action"] = "recovered"
         result["layer_state"] = entry["state"] if not self.check_mode else snap["state"]
         result["changed"] = True
@@ -708,11 +706,30 @@ class Engine(ApplySteps):
             if decision is not None:
                 record["decision"] = decision.get("decision")
             entry["history"].append(record)
+            before_state = (self.load(layer) or {}).get("state", "?")
             entry["run_id"] = run_id
-            self.journal.save(entry)
-            record["layer"] = layer
-            self.journal.event(record)
+            self._record_undo(entry, record, before_state)
         return self._summary("restored", rows, [], entry)
+
+    def _record_undo(self, entry, record, left_as):
+        """The journal's record of a layer put back, written after the host is back (undo first,
+        record after). A record that cannot be written (a full disk) is said, never a reason to
+        undo the undo: the journal still says ``left_as``, and the next run or rollback puts the
+        layer back again, finding nothing left to change."""
+        layer = self.ctx.layer
+        try:
+            self.journal.save(entry)
+        except (OSError, IOError) as exc:
+            raise SpecError(
+                "layer %s is back on the host as it was before the run, but the journal could not record it (%s): "
+                "it still says %s, and the next run or rollback finds nothing left to put back"
+                % (layer, failure_words(exc), left_as)
+            ) from None
+        record["layer"] = layer
+        try:
+            self.journal.event(record)
+        except (OSError, IOError) as exc:
+            self.notes.append("the journal's event log could not record the put-back of %s: %s" % (layer, exc))
 
     # ------------------------------------------------------------------ decisions
     def keep(self, run_id, decision=None):
@@ -725,7 +742,7 @@ class Engine(ApplySteps):
         if entry is None or entry["state"] not in ("applied", "kept"):
             raise SpecError("layer %s has no applied settings to keep" % self.ctx.layer)
         if entry["state"] == "applied":
-            why = keeping.refusal(decision, self.moved_live(entry))
+            why = keeping.refusal(decision, keeping.moved_live(entry, self.observe))
             if why is not None:
                 put_back = dict(decision or {}, decision="rollback", reason="refused to keep: %s" % why)
                 self.restore("snapshot", run_id, decision=put_back, entry=entry)
@@ -744,23 +761,6 @@ class Engine(ApplySteps):
             record["layer"] = self.ctx.layer
             self.journal.event(record)
         return self._summary("kept", [], [], entry, changed=changed)
-
-    def moved_live(self, entry):
-        """Ids of the layer's settings that a running program sees whose live value differs from
-        the snapshot taken before this run's apply (what a keep without a trial may not leave)."""
-        snap = entry.get("snapshot") or {}
-        before = snap.get("live") or {}
-        moved = []
-        for s in entry.get("settings") or []:
-            kind = KINDS.get(s.get("kind"))
-            if kind is None or s["id"] not in before or kind.reboot:
-                continue
-            if not kind.running_fields(s).get("seen_running"):
-                continue
-            obs = self.observe(s)
-            if obs["live_error"] is None and not kind.same(obs["live"], before[s["id"]]):
-                moved.append(s["id"])
-        return moved
 
     # ------------------------------------------------------------------ summary
     def _summary(self, action, rows, unsupported, entry, note=None, changed=None):

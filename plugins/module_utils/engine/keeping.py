@@ -22,6 +22,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.units import KINDS
+
 # basis: the word the report, `make verify` and the metrics use
 BASES = {
     "gain": "measured: helps",
@@ -38,6 +40,24 @@ UNMEASURED = {
     "gate_off": ("the gate is off (stacktune_gate=false)", True),
     "nothing_changed": ("this run changed nothing a program sees", False),
 }
+
+
+def moved_live(entry, observe):
+    """Ids of the layer's settings that a running program sees whose live value differs from the
+    snapshot taken before this run's apply (what a keep without a trial may not leave).
+    ``observe(setting)``: the engine's reading of a setting."""
+    before = (entry.get("snapshot") or {}).get("live") or {}
+    moved = []
+    for s in entry.get("settings") or []:
+        kind = KINDS.get(s.get("kind"))
+        if kind is None or s["id"] not in before or kind.reboot:
+            continue
+        if not kind.running_fields(s).get("seen_running"):
+            continue
+        obs = observe(s)
+        if obs["live_error"] is None and not kind.same(obs["live"], before[s["id"]]):
+            moved.append(s["id"])
+    return moved
 
 
 def basis_of(decision):

@@ -281,12 +281,31 @@ class RunLock(object):
             holder["expired"] = float(holder.get("expires_ts", 0)) <= self.clock.wall()
         return holder
 
-    def holder(self):
-        """The current holder (a dict with ``expired``), or None when free."""
-        return self._live(self._read()[0])
+    def holder(self, tolerate_torn=False):
+        """The current holder (a dict with ``expired``), or None when free (``tolerate_torn``: an
+        unreadable record reads as free, for a run that breaks the lock anyway)."""
+        return self._live(self._read(tolerate_torn=tolerate_torn)[0])
 
-    def past(self):
-        return self._read()[1]
+    def past(self, tolerate_torn=False):
+        return self._read(tolerate_torn=tolerate_torn)[1]
+
+    def readable(self):
+        """None when the record can be read, else why not (the UnreadableLock's words)."""
+        try:
+            self._read()
+        except UnreadableLock as exc:
+            return str(exc)
+        return None
+
+    def repair(self, run_id, ttl, why):
+        """Rewrite an unreadable record as run_id's lease: only for the run whose watchdog holds
+        ``run.hold`` (the caller checks), so that the host is never left refusing every run.
+        The record's history of past leases is lost, and said."""
+        self.take(run_id, None, ttl, force=True)
+        self.notes.append(
+            "the host's run lock %s could not be read (%s); it was rewritten for run %s, whose watchdog holds "
+            "the host (the history of past leases is lost)" % (self.path, why, run_id)
+        )
 
     describe = staticmethod(describe_holder)
 
@@ -363,9 +382,9 @@ class RunLock(object):
             raise self._refusal(holder)
         return holder
 
-    def ended(self, run_id):
+    def ended(self, run_id, tolerate_torn=False):
         """How the lease of run_id ended (the last ``past`` record of it), or None."""
-        for record in reversed(self.past()):
+        for record in reversed(self.past(tolerate_torn=tolerate_torn)):
             if record.get("run_id") == run_id:
                 return record
         return None
@@ -468,11 +487,16 @@ class RunLock(object):
         A release never needs free space: when the record cannot be written (a full disk), it
         is truncated instead (an empty record is a free host; the history is lost, and said)."""
         try:
-            holder = self._live(self._read(tolerate_torn=force)[0])
+            holder = self._live(self._read()[0])
         except UnreadableLock as exc:
-            # nobody can tell whose lease it was: left as found (refusing every run) and said
-            self.notes.append("the run lock was not released: %s" % exc)
-            return False, None
+            if not force or check_mode:
+                # nobody can tell whose lease it was: left as found (refusing every run) and said
+                self.notes.append("the run lock was not released: %s" % exc)
+                return False, None
+            # stacktune_lock_break: the unreadable record is replaced by a free one, and said
+            self._write(None, [])
+            self.notes.append("the unreadable run lock was replaced by a free one: %s" % exc)
+            return True, None
         if holder is None:
             return False, None
         if holder["run_id"] != run_id and not force and not holder["expired"]:

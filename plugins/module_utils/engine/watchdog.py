@@ -167,6 +167,12 @@ def _alive(record_path, clock=time.time):
         return False
 
 
+def running_for(run_id, journal_dir, root="/"):
+    """Whether run_id's watchdog runs now (the process its record names): the run holds the host."""
+    record = os.path.join(rooted(root, journal_dir), WATCH_DIR, "%s.json" % run_id)
+    return os.path.isfile(record) and _alive(record)
+
+
 def _code_root():
     """The directory or zip file that holds ``ansible_collections`` for this process."""
     here = os.path.abspath(__file__)

@@ -53,3 +53,96 @@ def test_a_failed_persist_fails_the_module_saying_the_host_was_put_back(capsys, 
     assert "every change of this apply was put back" in out["msg"] and "the journal says restored" in out["msg"]
     assert hash_tree(fakeroot) == before
     assert open_journal("/var/lib/stacktune", str(fakeroot)).load("kernel")["state"] == "restored"
+
+
+# ------------------------------------------------------------------ undo first, record after
+
+
+def _switched_on(capsys, root):
+    """run-a holds the host and has applied the kernel layer (vm.swappiness 10)."""
+    RunLock(str(root)).take("run-a", "alice@ctl", 600)
+    out = run_module(capsys, root, settings=SETTINGS, run_id="run-a")
+    assert not out.get("failed"), out
+    return read_swappiness(root)
+
+
+def read_swappiness(root):
+    with open(os.path.join(str(root), "proc/sys/vm/swappiness")) as handle:
+        return handle.read().strip()
+
+
+def tear(root):
+    with open(os.path.join(str(root), "var/lib/stacktune/run.lock"), "w") as handle:
+        handle.write('{"schema": 2, "holder": {"run_id": "ru')
+
+
+@pytest.mark.parametrize("state", ["suspended", "interrupted", "restored"])
+def test_a_torn_lease_record_never_keeps_a_layer_on_the_host(capsys, fakeroot, state):
+    original = "60"
+    assert _switched_on(capsys, fakeroot) == "10"
+    tear(fakeroot)  # between two switches of the layer
+    args = {"restore_to": "snapshot"} if state == "restored" else {}
+    out = run_module(capsys, fakeroot, state=state, run_id="run-a", **args)
+    assert not out.get("failed"), out
+    assert read_swappiness(fakeroot) == original  # put back first
+    assert "the layer was put back first; the lease could not be renewed" in out["lease_trouble"]
+    assert "stacktune_lock_break=true" in out["lease_trouble"]
+    # the record is left as found (no watchdog of run-a holds the host to vouch for a rewrite)
+    assert RunLock(str(fakeroot)).readable() is not None
+
+
+def test_a_torn_lease_record_refuses_a_change_and_another_runs_undo(capsys, fakeroot):
+    _switched_on(capsys, fakeroot)
+    tear(fakeroot)
+    out = run_module(capsys, fakeroot, state="reapplied", run_id="run-a")
+    assert out["failed"] and "cannot be read" in out["msg"]
+    # a run that did not apply the layer does not put it back on a record nobody can read
+    out = run_module(capsys, fakeroot, state="interrupted", run_id="run-b")
+    assert out["failed"] and read_swappiness(fakeroot) == "10"
+
+
+def test_the_runs_watchdog_vouches_for_it_and_the_record_is_rewritten(capsys, fakeroot, monkeypatch):
+    from ansible_collections.stacktune.gpu.plugins.module_utils.engine import lease
+
+    _switched_on(capsys, fakeroot)
+    tear(fakeroot)
+    monkeypatch.setattr(lease.watchdog, "running_for", lambda run_id, journal_dir, root: run_id == "run-a")
+    lock = RunLock(str(fakeroot))
+    assert lock.hold(1)  # stands for run-a's watchdog holding run.hold
+    try:
+        out = run_module(capsys, fakeroot, state="suspended", run_id="run-a")
+        assert not out.get("failed"), out
+        assert read_swappiness(fakeroot) == "60" and "lease_trouble" not in out
+        assert any("it was rewritten for run run-a, whose watchdog holds the host" in n for n in out["notes"])
+        assert RunLock(str(fakeroot)).holder()["run_id"] == "run-a"
+        # the run goes on: the layer is switched on again under the rewritten lease
+        out = run_module(capsys, fakeroot, state="reapplied", run_id="run-a")
+        assert not out.get("failed"), out
+        assert read_swappiness(fakeroot) == "10"
+    finally:
+        lock.unhold()
+
+
+def test_a_lease_that_cannot_be_written_never_keeps_a_layer_on_the_host(capsys, fakeroot, monkeypatch):
+    _switched_on(capsys, fakeroot)
+
+    def full(*_args, **_kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(RunLock, "_write", full)
+    out = run_module(capsys, fakeroot, state="restored", restore_to="snapshot", run_id="run-a")
+    assert not out.get("failed"), out
+    assert read_swappiness(fakeroot) == "60"
+    assert "the lease could not be renewed in" in out["lease_trouble"] and "No space left" in out["lease_trouble"]
+    # a change is refused on the same disk
+    out = run_module(capsys, fakeroot, settings=SETTINGS, run_id="run-a")
+    assert out["failed"] and "No space left" in out["msg"] and read_swappiness(fakeroot) == "60"
+
+
+def test_lock_break_replaces_an_unreadable_record(fakeroot):
+    RunLock(str(fakeroot)).take("run-a", "alice@ctl", 600)
+    tear(fakeroot)
+    lock = RunLock(str(fakeroot))
+    assert lock.release("run-x", force=True) == (True, None)
+    assert lock.readable() is None and lock.holder() is None
+    assert any("replaced by a free one" in n for n in lock.notes)

@@ -71,3 +71,18 @@ def test_a_controller_back_after_the_watchdog_is_told_and_refused(capsys, fakero
     run_module(capsys, fakeroot, run_id="run-b", state="locked", entry="tune")
     again = run_module(capsys, fakeroot, run_id="run-a", state="checked")
     assert not again.get("failed") and "watchdog" in again["lease_ended"]
+
+
+def test_lock_break_takes_a_host_whose_record_cannot_be_read(capsys, fakeroot):
+    """The way out the refusal names works: stacktune_lock_break=true (force) takes the host from
+    a torn record, for a rollback as for a tune, and says what it replaced."""
+    RunLock(str(fakeroot)).take("run-a", "alice@ctl", 600, entry="tune")
+    path = fakeroot / "var/lib/stacktune/run.lock"
+    path.write_text('{"schema": 2, "holder": {"run_id": "ru')
+    refused = run_module(capsys, fakeroot, state="locked", run_id="rollback-1")
+    assert refused["failed"] and "cannot be read" in refused["msg"] and "stacktune_lock_break=true" in refused["msg"]
+    taken = run_module(capsys, fakeroot, state="locked", run_id="rollback-1", force=True, recover=False)
+    assert not taken.get("failed"), taken
+    assert RunLock(str(fakeroot)).holder()["run_id"] == "rollback-1"
+    released = run_module(capsys, fakeroot, state="unlocked", run_id="rollback-1")
+    assert not released.get("failed") and RunLock(str(fakeroot)).holder() is None
