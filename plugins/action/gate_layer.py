@@ -31,6 +31,8 @@ from ansible_collections.stacktune.gpu.plugins.plugin_utils._controller import c
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._interrupt import Guard, Interrupted, write_record
 
 display = Display()
+# what a put-back says when the run no longer holds the host (nothing touched)
+LEFT_AS_IT_IS = "this run no longer holds the host, so the layer was left as it is"
 
 
 class ModuleFailed(AnsibleActionFail, trial_loop.ModuleFailed):
@@ -159,6 +161,9 @@ class ActionModule(ActionBase):
             except (AnsibleActionFail, TrialError) as exc:
                 loop.stop_runner_quietly()
                 note = self._put_back(task_vars, "not judged: %s" % exc)
+                if note.startswith(LEFT_AS_IT_IS):
+                    # the run lost the host meanwhile (a frozen controller resumed): that is the one line
+                    raise AnsibleActionFail("Stopped measuring layer %s: %s" % (a["layer"], note)) from None
                 raise AnsibleActionFail("Failed to measure layer %s: %s; %s" % (a["layer"], exc, note)) from None
         result.update(
             changed=True,
@@ -173,7 +178,7 @@ class ActionModule(ActionBase):
         try:
             res = self._engine("interrupted", task_vars, decision={"reason": reason})
         except LeaseLost as exc:
-            return "The layer was left as it is: %s" % exc
+            return "%s: %s" % (LEFT_AS_IT_IS, exc)
         except AnsibleActionFail as exc:
             return "Putting the layer back failed too (%s); run %s" % (exc, command("rollback", task_vars))
         said = "The layer was put back to its snapshot: the host is as it was before this layer"

@@ -222,7 +222,7 @@ def main():
 
     journal = open_journal(p["journal_dir"], p["root"])
     lock = RunLock(p["root"])
-    deadline = time.time() + p["wait"]
+    deadline = time.monotonic() + p["wait"]
     verb = {"locked": "take", "unlocked": "release", "checked": "check"}[p["state"]]
     result = {"changed": False, "holder": None, "previous": None, "recovered": [], "notes": [], "lease_ended": None}
     while True:
@@ -279,7 +279,7 @@ def main():
             result["notes"].extend(lock.notes)
             break
         except HostLocked as exc:
-            if isinstance(exc, LeaseLost) or time.time() >= deadline:
+            if isinstance(exc, LeaseLost) or time.monotonic() >= deadline:
                 result["holder"] = exc.holder
                 result["notes"].extend(lock.notes)
                 result["lease_lost"] = isinstance(exc, LeaseLost)

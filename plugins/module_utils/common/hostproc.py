@@ -17,6 +17,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
+import time
 import signal
 
 
@@ -59,6 +60,24 @@ def boot_id():
     return read_first_line("/proc/sys/kernel/random/boot_id") or None
 
 
+def boot_clock():
+    """Seconds since boot, counting suspend, never stepped (CLOCK_BOOTTIME)."""
+    try:
+        return time.clock_gettime(time.CLOCK_BOOTTIME)
+    except (AttributeError, OSError):
+        return time.monotonic()
+
+
+def lease_expired(holder, wall=None, boot=None, this_boot=None):
+    """Whether a lease record (``run.lock``'s holder) has expired: on the boot clock while the host
+    runs the boot that wrote it (a wall-clock step neither ends nor extends it), on wall time
+    across a reboot. ``wall``, ``boot`` and ``this_boot`` stand in for the clocks in tests."""
+    this_boot = this_boot() if this_boot else boot_id()
+    if holder.get("boot_id") and holder.get("boot_id") == this_boot and "expires_boot" in holder:
+        return float(holder["expires_boot"]) <= (boot or boot_clock)()
+    return float(holder.get("expires_ts", 0)) <= (wall or time.time)()
+
+
 def controller_gone(controller):
     """True when a lease's controller process (``host``, ``boot_id``, ``pid_ns``, ``pid``,
     ``pid_start``) is known to be gone from here: same boot and pid namespace, and its pid no
@@ -82,6 +101,17 @@ def pid_gone(controller):
         return False
     start = process_start(pid)
     return start is None or (controller.get("pid_start") is not None and start != controller["pid_start"])
+
+
+def pid_stopped(controller):
+    """Whether the ``pid`` of a process record is stopped (SIGSTOP, a frozen process group): it
+    runs nothing, renews nothing, until it is continued."""
+    try:
+        pid = int(controller.get("pid"))
+        with open("/proc/%d/stat" % pid) as handle:
+            return handle.read().rsplit(")", 1)[-1].split()[0] in ("T", "t")
+    except (TypeError, ValueError, IndexError, OSError):
+        return False
 
 
 PR_SET_PDEATHSIG = 1

@@ -34,7 +34,14 @@ import json
 import os
 import time
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.common.hostproc import boot_id, pid_gone, pid_namespace
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.hostproc import (
+    boot_clock,
+    boot_id,
+    lease_expired,
+    pid_gone,
+    pid_namespace,
+    pid_stopped,
+)
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops import atomic_write, rooted
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.trust import (
     UntrustedJournal,
@@ -52,14 +59,6 @@ LOCK_BREAK_HINT = "run again with -e stacktune_lock_break=true"
 STEP_S = 5.0
 # How long a take waits for the watchdog of a run that has just released the host to end.
 HOLD_WAIT_S = 5.0
-
-
-def boot_clock():
-    """Seconds since boot, counting suspend, never stepped (CLOCK_BOOTTIME)."""
-    try:
-        return time.clock_gettime(time.CLOCK_BOOTTIME)
-    except (AttributeError, OSError):
-        return time.monotonic()
 
 
 class Clock(object):
@@ -97,14 +96,16 @@ class UnreadableLock(HostLocked):
 
 def controller_alive_here(controller):
     """True when a lease's controller process is known to run on this machine (same boot and
-    pid namespace, its pid still the process that started): its lease is never ended for it."""
+    pid namespace, its pid still the process that started, not stopped): its lease is never
+    ended for it. A stopped controller (SIGSTOP, a frozen process group) renews nothing: its
+    lease ends at its TTL like a remote controller's."""
     if not isinstance(controller, dict) or not controller.get("pid"):
         return False
     if not controller.get("boot_id") or controller.get("boot_id") != boot_id():
         return False
     if not controller.get("pid_ns") or controller.get("pid_ns") != pid_namespace():
         return False
-    return not pid_gone(controller)
+    return not pid_gone(controller) and not pid_stopped(controller)
 
 
 def same_controller(a, b):
@@ -139,7 +140,7 @@ class HostFlock(object):
         except UntrustedJournal:
             os.close(fd)
             raise
-        deadline = time.time() + max(0, timeout)
+        deadline = time.monotonic() + max(0, timeout)
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -148,7 +149,7 @@ class HostFlock(object):
                 if exc.errno not in (errno.EAGAIN, errno.EACCES):
                     os.close(fd)
                     raise
-                if time.time() >= deadline:
+                if time.monotonic() >= deadline:
                     os.close(fd)
                     raise LockTimeout("another stacktune module holds %s (waited %ss)" % (path, timeout)) from None
                 time.sleep(0.2)
@@ -275,10 +276,7 @@ class RunLock(object):
         if raw is None or "run_id" not in raw:
             return None
         holder = dict(raw)
-        if holder.get("boot_id") and holder.get("boot_id") == self.clock.boot_id() and "expires_boot" in holder:
-            holder["expired"] = float(holder["expires_boot"]) <= self.clock.boot()
-        else:
-            holder["expired"] = float(holder.get("expires_ts", 0)) <= self.clock.wall()
+        holder["expired"] = lease_expired(holder, self.clock.wall, self.clock.boot, self.clock.boot_id)
         return holder
 
     def holder(self, tolerate_torn=False):

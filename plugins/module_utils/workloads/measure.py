@@ -84,7 +84,7 @@ def run_builtin(params):
     requested = params["workload"]
     env = dict(os.environ)
     env.update(params["env"])
-    started = time.time()
+    started = time.monotonic()
     if params.get("runner_socket"):
         renew = lease_ticker(params["run_id"]) if params["run_id"] else None
         try:
@@ -101,7 +101,7 @@ def run_builtin(params):
             rc, out, err = run_process(
                 "workload %s" % requested, argv, env, params["timeout"], cwd=tmpdir, run_id=params["run_id"]
             )
-    elapsed = time.time() - started
+    elapsed = time.monotonic() - started
     try:
         doc = parse_program_output(out)
     except ValueError as exc:
@@ -139,7 +139,7 @@ def run_user_command(params):
     env = dict(os.environ)
     env.update(params["env"])
     monitor = Monitor([{"index": params["device"], "uuid": None}])
-    started = time.time()
+    started = time.monotonic()
     monitor.begin()
     try:
         rc, out, err = run_process(
@@ -148,7 +148,7 @@ def run_user_command(params):
     finally:
         monitor.end()
         conditions = monitor.result()
-    elapsed = time.time() - started
+    elapsed = time.monotonic() - started
     if rc != 0:
         last = tail(err, lines=5, chars=1000)
         raise BenchFailure(

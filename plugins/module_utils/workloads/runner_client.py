@@ -195,14 +195,14 @@ def start_runner(params):
             "preload": runner_preload(params["runner_workloads"] or [params["workload"]]),
         }
     }
-    started = time.time()
+    started = time.monotonic()
     try:
         proc = process.start_detached([python, program, json.dumps(cfg)], folder, os.path.join(folder, "runner.log"))
     except OSError as exc:
         shutil.rmtree(folder, ignore_errors=True)
         raise BenchFailure("Failed to start the block runner with %s: %s" % (python, exc), failure="start") from None
     while not os.path.exists(sock):
-        if proc.poll() is not None or time.time() - started > RUNNER_START_TIMEOUT_S:
+        if proc.poll() is not None or time.monotonic() - started > RUNNER_START_TIMEOUT_S:
             with contextlib.suppress(OSError):
                 os.killpg(proc.pid, signal.SIGKILL)
             text = read_text(os.path.join(folder, "runner.log")) or ""
@@ -220,7 +220,7 @@ def start_runner(params):
     return {
         "changed": False,
         "runner_socket": sock,
-        "runner_start_s": round(time.time() - started, 2),
+        "runner_start_s": round(time.monotonic() - started, 2),
         "runner_imports": imports,
         "workload": params["workload"],
     }

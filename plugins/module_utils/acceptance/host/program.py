@@ -654,10 +654,10 @@ def _run_spawned(torch, fn, args, nprocs, timeout_s):
     import torch.multiprocessing as mp
 
     ctx = mp.start_processes(fn, args=args, nprocs=nprocs, join=False, start_method="spawn")
-    deadline = time.time() + timeout_s
+    deadline = time.monotonic() + timeout_s
     try:
         while not ctx.join(timeout=1):
-            if time.time() > deadline:
+            if time.monotonic() > deadline:
                 for p in ctx.processes:
                     if p.is_alive():
                         p.kill()

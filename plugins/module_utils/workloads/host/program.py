@@ -22,7 +22,11 @@ import threading
 import time
 import traceback
 
-from ansible_collections.stacktune.gpu.plugins.module_utils.common.hostproc import controller_gone, die_with_parent
+from ansible_collections.stacktune.gpu.plugins.module_utils.common.hostproc import (
+    controller_gone,
+    die_with_parent,
+    lease_expired,
+)
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.base import (
     LIVE,
     LIVE_STEPS,
@@ -127,7 +131,7 @@ def _lease_holder(lock_path):
     except (IOError, OSError, ValueError):
         return None
     holder = data.get("holder") if isinstance(data, dict) and "holder" in data else data
-    if not isinstance(holder, dict) or float(holder.get("expires_ts", 0)) <= time.time():
+    if not isinstance(holder, dict) or lease_expired(holder):
         return None
     if controller_gone(holder.get("controller")):
         return None
@@ -350,13 +354,14 @@ def serve(cfg):
     listener.listen(4)
     os.rename(cfg["socket"] + ".tmp", cfg["socket"])  # there only once it answers
     listener.settimeout(1.0)
-    last, number = time.time(), 0
+    # idle time on the monotonic clock: a wall-clock step (NTP, a resumed VM) ends no runner
+    last, number = time.monotonic(), 0
     live = {"session": None}
     try:
         while True:
             if cfg.get("run_id") and _lease_holder(cfg["lock_path"]) != cfg["run_id"]:
                 return 0
-            if time.time() - last > float(cfg.get("idle_s", 900)) or not os.path.exists(cfg["socket"]):
+            if time.monotonic() - last > float(cfg.get("idle_s", 900)) or not os.path.exists(cfg["socket"]):
                 return 0
             try:
                 conn, _addr = listener.accept()
@@ -366,7 +371,7 @@ def serve(cfg):
             with conn:
                 if _serve_one(listener, conn, folder, number, imported, live):
                     return 0
-            last = time.time()
+            last = time.monotonic()
     finally:
         if live.get("session") is not None:
             live["session"].stop(grace=2.0)
