@@ -315,7 +315,9 @@ lease_trouble:
     - Undo first, record after. When the run's lease record could not be read or written and the run's
       watchdog could not rewrite it, a call that puts a layer back (I(state=suspended), C(restored) or
       C(interrupted)) of a layer this run applied still puts it back, then says here what could not be recorded.
-  returned: when the lease could not be renewed
+    - Also when the journal could not record a put-back (a full disk): the host is back, the journal still says
+      what it said before, and the next run or rollback finds nothing left to put back.
+  returned: when the lease could not be renewed, or the journal could not record a put-back
   type: str
 """
 
@@ -422,9 +424,11 @@ def main():
             journal.unlock()
 
     result["notes"] = lock_notes + result.get("notes", [])
+    trouble = "; ".join(t for t in (trouble, engine.unrecorded) if t)
     if trouble:
         result["lease_trouble"] = trouble
-        result["notes"].append(trouble)
+        if trouble not in result["notes"]:
+            result["notes"].append(trouble)
     if module._diff and p["state"] in ("present", "reapplied", "switched"):
         result["diff"] = {
             "before": {

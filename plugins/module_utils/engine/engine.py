@@ -118,6 +118,8 @@ class Engine(ApplySteps):
         self.check_mode = check_mode
         self.retry_rejected = retry_rejected
         self.notes = []
+        # what a put-back could not record in the journal (a full disk), in words; None when recorded
+        self.unrecorded = None
         self.variables = {}  # setting id -> the role variable it came from, for messages
 
     # ------------------------------------------------------------------ journal
@@ -713,18 +715,20 @@ class Engine(ApplySteps):
 
     def _record_undo(self, entry, record, left_as):
         """The journal's record of a layer put back, written after the host is back (undo first,
-        record after). A record that cannot be written (a full disk) is said, never a reason to
-        undo the undo: the journal still says ``left_as``, and the next run or rollback puts the
-        layer back again, finding nothing left to change."""
+        record after). A record that cannot be written (a full disk) is said (``unrecorded``, and
+        in the notes), never a reason to fail the undo: the journal still says ``left_as``, and
+        the next run or rollback puts the layer back again, finding nothing left to change."""
         layer = self.ctx.layer
         try:
             self.journal.save(entry)
         except (OSError, IOError) as exc:
-            raise SpecError(
+            self.unrecorded = (
                 "layer %s is back on the host as it was before the run, but the journal could not record it (%s): "
                 "it still says %s, and the next run or rollback finds nothing left to put back"
                 % (layer, failure_words(exc), left_as)
-            ) from None
+            )
+            self.notes.append(self.unrecorded)
+            return
         record["layer"] = layer
         try:
             self.journal.event(record)

@@ -146,3 +146,31 @@ def test_lock_break_replaces_an_unreadable_record(fakeroot):
     assert lock.release("run-x", force=True) == (True, None)
     assert lock.readable() is None and lock.holder() is None
     assert any("replaced by a free one" in n for n in lock.notes)
+
+
+def test_a_journal_that_cannot_record_a_put_back_still_puts_the_layer_back(capsys, fakeroot, monkeypatch):
+    from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import Journal
+
+    _switched_on(capsys, fakeroot)
+
+    def full(*_args, **_kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Journal, "save", full)
+    out = run_module(capsys, fakeroot, state="interrupted", run_id="run-a")
+    assert not out.get("failed"), out
+    assert read_swappiness(fakeroot) == "60"
+    assert (
+        "layer kernel is back on the host as it was before the run, but the journal could not record it"
+        in (out["lease_trouble"])
+    )
+    monkeypatch.undo()
+    # the next run finds the layer still applied, puts it back again and changes nothing on the host
+    assert open_journal("/var/lib/stacktune", str(fakeroot)).load("kernel")["state"] == "applied"
+    from ansible_collections.stacktune.gpu.plugins.module_utils.engine.engine import Engine
+    from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context
+
+    journal = open_journal("/var/lib/stacktune", str(fakeroot))
+    outcome = Engine(Context("kernel", root=str(fakeroot)), journal).recover("run-b")  # what taking the host does
+    assert outcome["changed"] and read_swappiness(fakeroot) == "60"
+    assert journal.load("kernel")["state"] != "applied"
