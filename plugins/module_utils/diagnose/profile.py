@@ -459,7 +459,7 @@ def uses_figures(samples):
         gpus = sorted(int(i) for i, pids in gpu_pids.items() if tree & {str(p) for p in pids or []})
     row = {"ranks": rank, "gpus": gpus, "mapped_by": len(mapped)}
     if rank is not None and rank > 1:
-        row.update(used=True, why="%d ranks in its environment" % rank)
+        row.update(used=True, why="%s ranks in its environment" % rank)
     elif not mapped:
         row.update(used=False, why="none of its %d processes loads libnccl" % len(tree))
     elif gpus is not None and len(gpus) > 1:
