@@ -395,7 +395,7 @@ def main():
                 return entry is not None and entry.get("run_id") == p["run_id"]
 
             # undo first, record after: a layer goes back even where its lease record cannot be kept
-            trouble = lease.renew(lock, p["run_id"], p["state"], p["journal_dir"], p["root"], owns_layer)
+            trouble = lease.renew(lock, p["run_id"], p["state"], owns_layer)
             lock_notes = lock.notes  # a wall-clock step the renewal saw, a repaired record
         if p["state"] == "present":
             result = engine.apply(p["settings"], p["run_id"], from_journal=p["from_journal"])

@@ -297,7 +297,7 @@ class RunLock(object):
 
     def repair(self, run_id, ttl, why):
         """Rewrite an unreadable record as run_id's lease: only for the run whose watchdog holds
-        ``run.hold`` (the caller checks), so that the host is never left refusing every run.
+        ``run.hold`` (``renew`` checks), so that the host is never left refusing every run.
         The record's history of past leases is lost, and said."""
         self.take(run_id, None, ttl, force=True)
         self.notes.append(
@@ -340,22 +340,33 @@ class RunLock(object):
             os.close(fd)  # closing drops the flock taken here
         return False
 
-    def hold(self, timeout):
+    def hold(self, timeout, run_id=None):
         """Hold ``run.hold`` for as long as this object lives (or ``unhold``): the run's watchdog
-        does, for the run's whole length. Waits up to timeout s for an ending run's watchdog;
-        returns whether it is held."""
+        does, for the run's whole length, with its run id written in the file (``held_by``).
+        Waits up to timeout s for an ending run's watchdog; returns whether it is held."""
         fd = self._open_hold()
         deadline = self.clock.boot() + timeout
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 self._hold_fd = fd
+                if run_id is not None:
+                    os.ftruncate(fd, 0)
+                    os.pwrite(fd, str(run_id).encode("utf-8"), 0)
                 return True
             except (IOError, OSError) as exc:
                 if exc.errno not in (errno.EAGAIN, errno.EACCES) or self.clock.boot() >= deadline:
                     os.close(fd)
                     return False
             time.sleep(0.2)
+
+    def held_by(self):
+        """The run id whose watchdog holds ``run.hold`` now, or None (not held, or held by a
+        process that did not say)."""
+        if not self.held():
+            return None
+        raw = read_trusted(self.hold_path) if trusted_dir(self.directory) else None
+        return (raw or b"").decode("utf-8", "replace").strip() or None
 
     def unhold(self):
         if self._hold_fd is not None:
@@ -464,7 +475,15 @@ class RunLock(object):
         taken over since, and HostLocked when another run holds it now. A run id that never
         held the host (a direct module call) may write while no other run holds it.
         """
-        holder = self.holder()
+        try:
+            holder = self.holder()
+        except UnreadableLock as exc:
+            # a record is bookkeeping; the watchdog's hold is what excludes: the run that holds
+            # run.hold rewrites an unreadable record as its own and goes on
+            if self.held_by() != run_id:
+                raise
+            self.repair(run_id, float(ttl or 300), str(exc).split(": another run may hold the host", 1)[0])
+            return None
         if holder is not None and holder["run_id"] == run_id:
             self.take(run_id, None, float(ttl or holder.get("ttl") or 300))
             return holder
@@ -532,7 +551,11 @@ def lease_ticker(run_id, root="/", renew_every=20.0, flock_timeout=10):
     last = {"renewed": None}
 
     def tick():
-        holder = lock.holder()
+        try:
+            holder = lock.holder()
+        except UnreadableLock:
+            holder = None  # the renewal below repairs it for the run that holds run.hold, or refuses
+            last["renewed"] = None
         due = last["renewed"] is None or time.monotonic() - last["renewed"] >= renew_every
         if holder is not None and holder["run_id"] == run_id and not due:
             return

@@ -114,7 +114,7 @@ def watch(
     lock = lock or RunLock(root)
     journal = open_journal(journal_dir, root)
     born = clock()
-    lock.hold(HOLD_WAIT_S)
+    lock.hold(HOLD_WAIT_S, run_id)
     try:
         while clock() - born < MAX_LIFE_S:
             try:
@@ -165,12 +165,6 @@ def _alive(record_path, clock=time.time):
         return clock() - float(record.get("started") or 0) < 10.0
     except (IOError, OSError, ValueError, KeyError, TypeError, IndexError):
         return False
-
-
-def running_for(run_id, journal_dir, root="/"):
-    """Whether run_id's watchdog runs now (the process its record names): the run holds the host."""
-    record = os.path.join(rooted(root, journal_dir), WATCH_DIR, "%s.json" % run_id)
-    return os.path.isfile(record) and _alive(record)
 
 
 def _code_root():

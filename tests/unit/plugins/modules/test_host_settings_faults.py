@@ -101,14 +101,17 @@ def test_a_torn_lease_record_refuses_a_change_and_another_runs_undo(capsys, fake
     assert out["failed"] and read_swappiness(fakeroot) == "10"
 
 
-def test_the_runs_watchdog_vouches_for_it_and_the_record_is_rewritten(capsys, fakeroot, monkeypatch):
-    from ansible_collections.stacktune.gpu.plugins.module_utils.engine import lease
-
+def test_the_runs_watchdog_vouches_for_it_and_the_record_is_rewritten(capsys, fakeroot):
     _switched_on(capsys, fakeroot)
     tear(fakeroot)
-    monkeypatch.setattr(lease.watchdog, "running_for", lambda run_id, journal_dir, root: run_id == "run-a")
     lock = RunLock(str(fakeroot))
-    assert lock.hold(1)  # stands for run-a's watchdog holding run.hold
+    assert lock.hold(1, "run-b")  # another run's watchdog holds run.hold: run-a's record is not rewritten
+    try:
+        out = run_module(capsys, fakeroot, state="reapplied", run_id="run-a")
+        assert out["failed"] and "cannot be read" in out["msg"]
+    finally:
+        lock.unhold()
+    assert lock.hold(1, "run-a")  # stands for run-a's watchdog holding run.hold
     try:
         out = run_module(capsys, fakeroot, state="suspended", run_id="run-a")
         assert not out.get("failed"), out

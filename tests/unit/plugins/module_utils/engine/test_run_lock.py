@@ -351,3 +351,24 @@ def test_a_lease_renewal_on_a_full_disk_says_so(full_tmpfs, monkeypatch):
     with pytest.raises(BenchFailure, match="Failed to measure a block: could not renew .*No space left on device"):
         measure.run_process("workload x", [sys.executable, "-c", "pass"], dict(os.environ), 30, run_id="run-a")
     assert lock.holder()["run_id"] == "run-a"  # nothing else changed: the run's rescue gives the host back
+
+
+def test_a_measured_blocks_renewal_rewrites_a_torn_record_for_the_run_whose_watchdog_holds_the_host(fakeroot):
+    """A block's lease ticker meets a torn run.lock: the run named by the holder of run.hold has the
+    record rewritten and goes on; another run's ticker is refused."""
+    from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import lease_ticker
+
+    lock = RunLock(str(fakeroot))
+    lock.take("run-a", "alice@ctl", 600)
+    with open(lock.path, "w") as handle:
+        handle.write('{"schema": 2, "holder": {"run_id": "ru')
+    watchdog_of_a = RunLock(str(fakeroot))
+    assert watchdog_of_a.hold(1, "run-a") and lock.held_by() == "run-a"
+    try:
+        with pytest.raises(HostLocked):
+            lease_ticker("run-b", str(fakeroot))()
+        lease_ticker("run-a", str(fakeroot))()
+        assert lock.holder()["run_id"] == "run-a"
+    finally:
+        watchdog_of_a.unhold()
+    assert lock.held_by() is None
