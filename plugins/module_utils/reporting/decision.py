@@ -209,6 +209,25 @@ def verdict(decision):
     return "%s: %s" % (word, "; ".join(parts))
 
 
+# a block whose measured steps are less than this share of its wall time is named: its
+# program's start-up, not its steps, is what the measurement paid for
+STARTUP_SHARE = 0.5
+
+
+def startup_words(decision):
+    """``steps were 15% of the blocks' time (start-up 9.1 s a block)`` where start-up dominated
+    the blocks, else ''."""
+    total = _dict(_dict(decision.get("cost")).get("total"))
+    share = _num(total.get("measured_share"))
+    if decision.get("method") == "live" or share is None or share >= STARTUP_SHARE:
+        return ""
+    per = _num(total.get("startup_s_per_block"))
+    return "steps were %d%% of the blocks' time%s" % (
+        round(share * 100.0),
+        " (start-up %.1f s a block)" % per if per is not None else "",
+    )
+
+
 # --------------------------------------------------------------------------- the details
 
 
@@ -378,6 +397,13 @@ def details(decision, budget=None):
     rows = cost_rows(d)
     if rows:
         lines += ["Where the measuring time went:", ""] + rows + [""]
+    startup = startup_words(d)
+    if startup:
+        lines += [
+            "Start-up dominated the blocks: %s; a live trial (stacktune_bench_live_command) measures the "
+            "program's steps without starting it per block." % startup,
+            "",
+        ]
     lines += search_rows(d)
     if d.get("seconds") is not None:
         toggles = "" if d.get("toggles") is None else "; the layer was switched %s time(s)" % d["toggles"]
