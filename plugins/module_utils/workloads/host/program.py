@@ -122,13 +122,21 @@ def run(cfg):
 # removed, or as soon as its run no longer holds the host's lease.
 
 
+# what _lease_holder says of a record it cannot read (torn mid-write, or by hand): nothing either
+# way; the run's own engine calls rewrite it or stop the run, and the runner goes on meanwhile
+UNREADABLE = "?"
+
+
 def _lease_holder(lock_path):
     """The run that holds the host's lease now, or None: none, an expired lease, or one whose
-    controller process is known to be gone (a killed ansible-playbook on this machine)."""
+    controller process is known to be gone (a killed ansible-playbook on this machine);
+    ``UNREADABLE`` for a record that cannot be parsed."""
     try:
         with open(lock_path) as handle:
             data = json.load(handle)
-    except (IOError, OSError, ValueError):
+    except ValueError:
+        return UNREADABLE
+    except (IOError, OSError):
         return None
     holder = data.get("holder") if isinstance(data, dict) and "holder" in data else data
     if not isinstance(holder, dict) or lease_expired(holder):
@@ -359,7 +367,7 @@ def serve(cfg):
     live = {"session": None}
     try:
         while True:
-            if cfg.get("run_id") and _lease_holder(cfg["lock_path"]) != cfg["run_id"]:
+            if cfg.get("run_id") and _lease_holder(cfg["lock_path"]) not in (cfg["run_id"], UNREADABLE):
                 return 0
             if time.monotonic() - last > float(cfg.get("idle_s", 900)) or not os.path.exists(cfg["socket"]):
                 return 0

@@ -63,3 +63,10 @@ def test_a_frozen_controller_loses_the_host_at_its_leases_end():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_torn_record_does_not_end_the_block_runner(tmp_path):
+    path = tmp_path / "run.lock"
+    path.write_text('{"schema": 2, "holder": {"run_id": "ru')
+    assert program._lease_holder(str(path)) == program.UNREADABLE  # pylint: disable=protected-access
+    assert program._lease_holder(str(tmp_path / "absent")) is None  # pylint: disable=protected-access
