@@ -35,6 +35,7 @@ import time
 from ansible_collections.stacktune.gpu.plugins.module_utils.common import process
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.fileops import read_text
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import HostLocked, RunLock, lease_ticker
+from ansible_collections.stacktune.gpu.plugins.module_utils.engine.lock import LeaseRenewalFailed
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.bench import (
     BenchFailure,
     last_line,
@@ -342,6 +343,8 @@ def live_request(params):
             result = {"changed": False, "live": "window", "window": win}
     except HostLocked as exc:
         raise BenchFailure("Failed to measure a window: %s" % exc, failure="lease_lost", lease_lost=True) from None
+    except LeaseRenewalFailed as exc:
+        raise BenchFailure("Failed to measure a window: %s" % exc, failure="lease_lost") from None
     except (OSError, ValueError, RunnerError) as exc:
         raise BenchFailure("Failed to reach the live session: %s" % exc, failure="start") from None
     if bad:
