@@ -13,6 +13,7 @@ __metaclass__ = type
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.diagnose.plan import choose_target, layer_order, layer_plan
+from ansible_collections.stacktune.gpu.plugins.module_utils.diagnose.report import console_lines
 from ansible_collections.stacktune.gpu.plugins.module_utils.diagnose.run import DiagnoseError, check_options
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.registry import LIVE_WORKLOADS
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import resolve_workloads
@@ -99,6 +100,14 @@ def diagnose_layers(
     )
 
 
+def diagnose_lines(diagnosis):
+    """The diagnosis in a few lines for the console: verdict, program, what can move it, advice."""
+    diagnosis = plain(diagnosis)
+    if not isinstance(diagnosis, dict):
+        raise AnsibleFilterError("diagnose_lines expects the diagnosis (stacktune_diagnosis), got %r" % (diagnosis,))
+    return console_lines(diagnosis)
+
+
 def diagnose_order(layers, plan):
     """``stacktune_layers`` in the order their trials run: the audits, then the layers the diagnosis
     says can move the program, then the others."""
@@ -129,4 +138,5 @@ class FilterModule:
             "diagnose_layers": diagnose_layers,
             "diagnose_workloads": diagnose_workloads,
             "diagnose_order": diagnose_order,
+            "diagnose_lines": diagnose_lines,
         }

@@ -40,6 +40,34 @@ def _gpu_rows(profile):
     return rows
 
 
+def program_words(diagnosis):
+    """The program a diagnosis profiled, in words: its command, or ``built-in NAME (live)``."""
+    what = (diagnosis or {}).get("program") or {}
+    return " ".join(what["command"]) if what.get("command") else "built-in %s (live)" % what.get("workload")
+
+
+def console_lines(diagnosis):
+    """What ``make diagnose`` prints: the verdict line, the program it profiled, which layers can
+    move it and which cannot, and the advice outside the stack, a few lines in all."""
+    if not isinstance(diagnosis, dict) or not diagnosis:
+        return []
+    if diagnosis.get("error") or diagnosis.get("none"):
+        return [diagnosis.get("line") or "diagnosis: not made: %s" % (diagnosis.get("error") or diagnosis.get("none"))]
+    moves = diagnosis.get("moves") or {}
+    lines = [diagnosis.get("line") or "diagnosis: %s" % diagnosis.get("title")]
+    lines.append("program: %s" % program_words(diagnosis))
+    can = sorted((moves.get("can") or {}).items())
+    cannot = sorted(moves.get("cannot") or {})
+    lines.append(
+        "can move it: %s"
+        % ("; ".join("%s (%s)" % (name, why) for name, why in can) if can else "no layer of the stack")
+    )
+    if cannot:
+        lines.append("cannot move it: %s (a tune checks these in a short trial)" % ", ".join(cannot))
+    lines += ["advice: %s" % words for words in moves.get("outside") or []]
+    return lines
+
+
 def markdown(diagnosis, results=None):
     """Lines of the report's ``## Diagnosis`` section; ``results``: the layers' records, each
     with its ``diagnosis`` (expected, how its trial was sized) and the gate's decision."""
@@ -50,8 +78,7 @@ def markdown(diagnosis, results=None):
         lines += ["Not diagnosed: %s" % _cell(diagnosis.get("error") or diagnosis.get("none")), ""]
         return lines
     lines += ["**%s**" % _cell(diagnosis.get("title")), ""]
-    what = diagnosis.get("program") or {}
-    ran = " ".join(what["command"]) if what.get("command") else "built-in %s (live)" % what.get("workload")
+    ran = program_words(diagnosis)
     prof = diagnosis.get("profile") or {}
     steps = prof.get("steps") or {}
     lines.append(

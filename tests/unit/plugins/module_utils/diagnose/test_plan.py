@@ -230,3 +230,20 @@ def test_the_metrics_series_by_verdict():
     again = metrics.render(metrics.layer_view([], []), "drift", True, 1764500100.0, previous_text=text)
     assert 'stacktune_diagnosis_verdict{verdict="input_loader"} 1' in again
     assert "stacktune_diagnosis_verdict" not in metrics.render({}, "tune", True, 1764500000.0)
+
+
+def test_make_diagnose_prints_the_verdict_the_program_what_moves_it_and_the_advice():
+    from ansible_collections.stacktune.gpu.plugins.filter.diagnose import diagnose_lines
+
+    d = recorded("h200_resnet18_loader.json")
+    d["program"] = {"command": ["python3", "/srv/train.py"]}
+    lines = diagnose_lines(d)
+    assert lines[0].startswith("diagnosis: input-bound, its loader workers saturated")
+    assert lines[1] == "program: python3 /srv/train.py"
+    assert lines[2].startswith("can move it: cpu (governor and C-states")
+    assert lines[3] == "cannot move it: gpu_settings (a tune checks these in a short trial)"
+    assert lines[4].startswith("advice: the 4 loader workers use")
+    assert len(lines) <= 8
+    assert diagnose_lines({"none": "not set", "line": "diagnosis: not made: not set"}) == [
+        "diagnosis: not made: not set"
+    ]
