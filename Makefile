@@ -20,8 +20,12 @@ export PYTHONWARNINGS := $(if $(PYTHONWARNINGS),$(PYTHONWARNINGS)$(comma))ignore
 # .venv so that every tool that skips .venv skips them too: make cores
 CORES_VENVS ?= $(VENV)/cores
 export CORES_VENVS
-# Extra arguments for ansible-playbook, e.g. make tune ARGS="--check --diff"
+# Extra arguments for ansible-playbook, e.g. make tune ARGS="--check --diff". They are split as a
+# shell splits them, except that JSON after -e stays whole even unquoted (tools/playbook.py):
+# ARGS='-e {"stacktune_layers": ["memory"]}' and ARGS='-e @vars.yml' both reach ansible-playbook.
 ARGS ?=
+export ARGS
+PLAYBOOK = $(VENV)/bin/python tools/playbook.py
 # Extra arguments for pytest in make unit, e.g. PYTEST_ARGS="-k diagnose"
 PYTEST_ARGS ?=
 # Extra arguments for benchmarks/gate_replay.py in make bench-gate, e.g. REPLAY_ARGS="--draws 50"
@@ -42,31 +46,31 @@ PY_SOURCES := plugins tests benchmarks
 
 ## make tune: set up .venv and tune this machine (ansible-playbook tune.yml, local inventory)
 tune: deps-run
-	ansible-playbook tune.yml $(ARGS)
+	$(PLAYBOOK) tune.yml
 
 ## make verify: compare every setting stacktune manages with the live and persisted state (read-only)
 verify: deps-run
-	ansible-playbook playbooks/verify.yml $(ARGS)
+	$(PLAYBOOK) playbooks/verify.yml
 
 ## make drift: report drift and settings another file overrides at the next boot; ARGS="-e stacktune_drift_fix=true" corrects drift
 drift: deps-run
-	ansible-playbook playbooks/drift.yml $(ARGS)
+	$(PLAYBOOK) playbooks/drift.yml
 
 ## make rollback: put back everything stacktune changed, in reverse order of application
 rollback: deps-run
-	ansible-playbook playbooks/rollback.yml $(ARGS)
+	$(PLAYBOOK) playbooks/rollback.yml
 
 ## make calibrate: measure the host's block-to-block noise and what the gate's budget can resolve (changes nothing)
 calibrate: deps-run
-	ansible-playbook playbooks/calibrate.yml $(ARGS)
+	$(PLAYBOOK) playbooks/calibrate.yml
 
 ## make diagnose: where the program the gate measures is bound, with its evidence (read-only)
 diagnose: deps-run
-	ansible-playbook playbooks/diagnose.yml $(ARGS)
+	$(PLAYBOOK) playbooks/diagnose.yml
 
 ## make facts: print the GPU topology of the inventory's hosts
 facts: deps-run
-	ansible-playbook playbooks/facts.yml $(ARGS)
+	$(PLAYBOOK) playbooks/facts.yml
 
 ## make test: every check CI runs: lint, sanity, unit tests, the installed collection, molecule scenarios, the other ansible-core versions
 # Three lanes, then the timed scenarios alone. Lane A: lint, sanity, the unit tests, then the

@@ -222,10 +222,37 @@ class CallbackModule(DefaultCallback):
             super().v2_runner_item_on_skipped(result)
             return
 
+    @staticmethod
+    def _rescued(task):
+        """Whether a failure of ``task`` goes to a rescue: a block around it has one, which says
+        what went wrong itself (the stacktune role's rescue ends with the reason, once)."""
+        # the objects of a run are copies of the loaded ones: an include's runtime task and the
+        # block of its file carry the uuids of the entries their parent lists, so the walk keeps
+        # every uuid it passed and asks which section of each block with a rescue holds one
+        seen, node = {getattr(task, "_uuid", None)}, getattr(task, "_parent", None)
+        while node is not None:
+            rescue = getattr(node, "rescue", None)
+            if rescue:
+                if any(getattr(c, "_uuid", None) in seen for c in getattr(node, "block", None) or []):
+                    return True
+                others = list(rescue) + list(getattr(node, "always", None) or [])
+                if any(getattr(c, "_uuid", None) in seen for c in others):
+                    return False
+            seen.add(getattr(node, "_uuid", None))
+            node = getattr(node, "_parent", None)
+        return False
+
+    def v2_playbook_on_no_hosts_remaining(self):
+        if self._verbose():
+            super().v2_playbook_on_no_hosts_remaining()
+        # the recap says which hosts failed; the banner repeated it once per play
+
     def v2_runner_item_on_failed(self, result):
         if self._verbose():
             super().v2_runner_item_on_failed(result)
             return
+        if self._rescued(_get(result, "task")):
+            return  # the rescue says why, once
         res = _get(result, "result")
         host = _get(result, "host").get_name()
         item = self._get_item_label(res)
@@ -239,7 +266,11 @@ class CallbackModule(DefaultCallback):
             return
         res = _get(result, "result")
         host = _get(result, "host").get_name()
-        self._handle(result)
+        # warnings only: the failure's words are printed below, once (Ansible's own error display
+        # repeated them with the task's origin; -v shows it)
+        self._handle_warnings(res)
+        if not ignore_errors and self._rescued(_get(result, "task")):
+            return  # the rescue says why, once
         label = "failed (ignored)" if ignore_errors else "FAILED"
         msg = res.get("msg") or res.get("stderr") or res.get("module_stderr") or "see -v for details"
         if res.get("results") and not res.get("msg"):
