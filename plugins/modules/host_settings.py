@@ -315,7 +315,7 @@ lease_trouble:
     - Undo first, record after. When the run's lease record could not be read or written and the run's
       watchdog could not rewrite it, a call that puts a layer back (I(state=suspended), C(restored) or
       C(interrupted)) of a layer this run applied still puts it back, then says here what could not be recorded.
-    - Also when the journal could not record a put-back (a full disk): the host is back, the journal still says
+    - Also when the journal could not record a put-back (a full disk); the host is back, the journal still says
       what it said before, and the next run or rollback finds nothing left to put back.
   returned: when the lease could not be renewed, or the journal could not record a put-back
   type: str
