@@ -20,7 +20,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.stacktune.gpu.plugins.filter.layers import layer_name
 from ansible_collections.stacktune.gpu.plugins.module_utils.diagnose.report import markdown as diagnosis_markdown
 from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.decision import budget_words, details, verdict
-from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.html import to_html
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.html import embedded, to_html
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._plain import plain
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._verify_table import show_value
 
@@ -514,11 +514,12 @@ def report_markdown(
     return "\n".join(lines) + "\n"
 
 
-def report_html(markdown, title=None):
-    """The Markdown report as one HTML page (the plot shown inline from the report directory)."""
+def report_html(markdown, title=None, directory=None):
+    """The Markdown report as one HTML page; with ``directory`` (the report's folder) its plots are
+    embedded, so the page stands alone."""
     if not isinstance(markdown, str):
         raise AnsibleFilterError("report_html expects the Markdown text of report_markdown")
-    return to_html(markdown, title)
+    return to_html(markdown, title, embedded(markdown, directory) if directory else None)
 
 
 def gate_verdict(decision):

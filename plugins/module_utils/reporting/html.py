@@ -14,6 +14,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import base64
+import os
 import re
 
 STYLE = """
@@ -110,8 +112,27 @@ def _code(lines, lang):
     return ["<pre><code>%s</code></pre>" % "\n".join(out)]
 
 
-def to_html(markdown, title=None):
-    """One self-contained HTML page of the report's Markdown."""
+def embedded(markdown, directory):
+    """``{src: data URI}`` of the PNG images the report's Markdown shows that exist in
+    ``directory`` (the report's own folder), so that the HTML page alone, mailed or attached to a
+    ticket, shows its plots."""
+    out = {}
+    for m in re.finditer(r"!\[[^\]]*\]\(([^)\s]+)\)", str(markdown)):
+        src = m.group(1)
+        if "/" in src or not src.endswith(".png") or src in out:
+            continue
+        path = os.path.join(directory, src)
+        try:
+            with open(path, "rb") as handle:
+                out[src] = "data:image/png;base64," + base64.b64encode(handle.read()).decode("ascii")
+        except OSError:
+            continue
+    return out
+
+
+def to_html(markdown, title=None, images=None):
+    """One self-contained HTML page of the report's Markdown; ``images`` (``embedded``) replaces
+    each image's file name with its data."""
     lines = str(markdown).split("\n")
     body, para, i = [], [], 0
     title = title or next((ln[2:] for ln in lines if ln.startswith("# ")), "stacktune report")
@@ -160,6 +181,8 @@ def to_html(markdown, title=None):
             para.append(line)
         i += 1
     flush()
+    for src, uri in (images or {}).items():
+        body = [part.replace('<img src="%s"' % escape(src), '<img src="%s"' % uri) for part in body]
     return "\n".join(
         [
             "<!DOCTYPE html>",

@@ -377,3 +377,18 @@ def test_a_kept_search_names_the_value_it_put_in_place():
     result = {"layer": "gpu_settings", "decision": "keep", "gate": gate, "settings": []}
     line = filters.outcome_lines([result], report="r.md")[0]
     assert line.startswith("gpu_settings: kept gpu_settings_power_limit_watts = 600, found by a search - ")
+
+
+def test_the_html_report_embeds_its_plots_and_stands_alone(tmp_path):
+    """The HTML linked its PNG (<img src="host.png">): the file alone, mailed, had no plot."""
+    from ansible_collections.stacktune.gpu.plugins.filter.run_report import report_html
+
+    png = b"\x89PNG\r\n\x1a\n" + b"\x00" * 16
+    (tmp_path / "h1.png").write_bytes(png)
+    text = (
+        "# stacktune report\n\n![step times without and with each measured layer](h1.png)\n\n![gone](h1-search.png)\n"
+    )
+    page = report_html(text, directory=str(tmp_path))
+    assert '<img src="data:image/png;base64,iVBORw0KGgo' in page and 'src="h1.png"' not in page
+    assert 'src="h1-search.png"' in page  # a plot not written stays a name
+    assert 'src="h1.png"' in report_html(text)  # without the folder, as before
