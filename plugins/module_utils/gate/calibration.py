@@ -223,13 +223,13 @@ def calibration_table(workloads, budget):
             if dim == "stalls":
                 level = "%.2f%%" % (d["level"] * 100.0)
                 spread = "%.2f pts" % ((d["spread_between_blocks"] or 0.0) * 100.0)
-                now = "-" if d["resolvable_now"] is None else "+-%.2f pts" % (d["resolvable_now"] * 100.0)
-                later = "-" if d["resolvable_at_budget"] is None else "+-%.2f pts" % (d["resolvable_at_budget"] * 100.0)
+                now = "-" if d["resolvable_now"] is None else "±%.2f pts" % (d["resolvable_now"] * 100.0)
+                later = "-" if d["resolvable_at_budget"] is None else "±%.2f pts" % (d["resolvable_at_budget"] * 100.0)
             else:
                 level = ("%.4g" % d["level"]) + ("/s" if dim == "throughput" else " ms")
                 spread = "%.1f%%" % ((d["spread_between_blocks"] or 0.0) * 100.0)
-                now = "-" if d["resolvable_now"] is None else "+-%.1f%%" % (d["resolvable_now"] * 100.0)
-                later = "-" if d["resolvable_at_budget"] is None else "+-%.1f%%" % (d["resolvable_at_budget"] * 100.0)
+                now = "-" if d["resolvable_now"] is None else "±%.1f%%" % (d["resolvable_now"] * 100.0)
+                later = "-" if d["resolvable_at_budget"] is None else "±%.1f%%" % (d["resolvable_at_budget"] * 100.0)
             lines.append(
                 "%-14s %-10s %12s %14s %-8s %12s %12s"
                 % (w if dim == "throughput" else "", dim, level, spread, d["aa_verdict"], now, later)
@@ -252,7 +252,7 @@ def calibration_table(workloads, budget):
         if steps:
             lines.append(
                 "%-14s steps per block: %d would resolve the most per second (%d measured; %s; between blocks "
-                "+-%.2f%%, inside one +-%.2f%%, start-up %.2f s, %d%% of a block measured)"
+                "±%.2f%%, inside one ±%.2f%%, start-up %.2f s, %d%% of a block measured)"
                 % (
                     "",
                     steps["steps"],

@@ -198,7 +198,7 @@ def project(res, gate, per_arm):
 
 def _cannot(dim, p, budget):
     needed = p["needed"]
-    return "%s to %s (+-%s now, +-%s at %d blocks per arm; %s blocks per arm would be needed)" % (
+    return "%s to %s (±%s now, ±%s at %d blocks per arm; %s blocks per arm would be needed)" % (
         _DIM_WORDS[dim],
         _span(dim, p["tolerance"]),
         _span(dim, p["half"]),

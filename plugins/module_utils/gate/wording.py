@@ -83,8 +83,8 @@ def unknown_phrase(dim, block):
     if res is None:
         return "%s: too few blocks to judge" % (block["label"] if dim != "stalls" else "stalls")
     if dim == "stalls":
-        return "stalls: within block-to-block noise, +-%.2f points" % (res * 100.0)
-    return "%s: within block-to-block noise, +-%.1f%%" % (block["label"], res * 100.0)
+        return "stalls: within block-to-block noise, ±%.2f points" % (res * 100.0)
+    return "%s: within block-to-block noise, ±%.1f%%" % (block["label"], res * 100.0)
 
 
 _SHORT_NAMES = {"throughput": "throughput", "p50": "median step", "tail": "tail"}
@@ -113,13 +113,13 @@ def headline(result):
         if block.get("ratio") is not None:
             change = "%s %+.1f%%" % (_SHORT_NAMES[dim], (block["ratio"] - 1.0) * 100.0)
             if verdicts.get(dim) == "unknown" and block.get("resolution") is not None:
-                change += " (noise +-%.1f%%)" % (block["resolution"] * 100.0)
+                change += " (noise ±%.1f%%)" % (block["resolution"] * 100.0)
             changes.append(change)
     stalls = result.get("stalls") or {}
     if stalls.get("difference") and abs(stalls["difference"]) >= 0.0005:
         change = "stalled steps %+.1f points" % (stalls["difference"] * 100.0)
         if verdicts.get("stalls") == "unknown" and stalls.get("resolution") is not None:
-            change += " (noise +-%.1f)" % (stalls["resolution"] * 100.0)
+            change += " (noise ±%.1f)" % (stalls["resolution"] * 100.0)
         changes.append(change)
     line = "%s: %s" % (decision, cause.strip())
     if changes:
@@ -239,19 +239,19 @@ _DIM_NAMES = {"throughput": "throughput", "p50": "median step", "tail": "tail", 
 
 
 def _dim_number(dim, block):
-    """One dimension's change and its noise in numbers: ``x0.894 +-8.1%`` or ``+2.0 points +-7.33``."""
+    """One dimension's change and its noise in numbers: ``x0.894 ±8.1%`` or ``+2.0 points ±7.33``."""
     if dim == "stalls":
         if block.get("difference") is None:
             return "too few blocks"
         text = "%+.2f points" % (block["difference"] * 100.0)
         if block.get("resolution") is not None:
-            text += " +-%.2f" % (block["resolution"] * 100.0)
+            text += " ±%.2f" % (block["resolution"] * 100.0)
         return text
     if block.get("ratio") is None:
         return "too few blocks"
     text = "x%.3g" % block["ratio"]
     if block.get("resolution") is not None:
-        text += " +-%.1f%%" % (block["resolution"] * 100.0)
+        text += " ±%.1f%%" % (block["resolution"] * 100.0)
     return text
 
 
@@ -290,8 +290,8 @@ def settled_words(result):
 
 
 def resolution_words(decided, left):
-    """``decided by the median step (better, x0.894 +-8.1%); unresolved: stalled steps (+2.0 points
-    +-7.33; +-5.20 at the budget, tolerance 0.50)``."""
+    """``decided by the median step (better, x0.894 ±8.1%); unresolved: stalled steps (+2.0 points
+    ±7.33; ±5.20 at the budget, tolerance 0.50)``."""
     parts = []
     if decided:
         parts.append(
@@ -304,7 +304,7 @@ def resolution_words(decided, left):
             text = "%s (%s" % (_DIM_NAMES[r["dimension"]], r["change"])
             if r.get("at_budget") is not None:
                 stalls = r["dimension"] == "stalls"
-                text += "; +-%s at the budget, tolerance %s" % (
+                text += "; ±%s at the budget, tolerance %s" % (
                     ("%.2f" % (r["at_budget"] * 100.0)) if stalls else ("%.1f%%" % (r["at_budget"] * 100.0)),
                     ("%.2f points" % (r["tolerance"] * 100.0)) if stalls else ("%.1f%%" % (r["tolerance"] * 100.0)),
                 )

@@ -144,7 +144,7 @@ def test_unknown_dimensions_name_what_they_could_have_seen():
     res = judge_blocks(blocks(11, 4, shift_sd=0.2), blocks(12, 4, shift_sd=0.2), policy="no_regression", final=True)
     assert res["decision"] == "keep"
     assert res["unresolved"]
-    assert any("within block-to-block noise, +-" in u for u in res["unresolved"])
+    assert any("within block-to-block noise, ±" in u for u in res["unresolved"])
     assert "no regression shown" in res["reason"]
 
 
@@ -490,7 +490,7 @@ def test_a_bimodal_median_leaning_the_wrong_way_keeps_no_trial_going():
     why = futility(res, "no_regression", check_settings({}, {}), 4)
     assert why is not None and why.startswith("cannot resolve the throughput to 2.0%")
     # what the median would need is beyond any budget, and said so without a seven-digit count
-    assert "the median step to 2.0% (+-261.0% now" in why and "over 10000 blocks per arm would be needed" in why
+    assert "the median step to 2.0% (±261.0% now" in why and "over 10000 blocks per arm would be needed" in why
 
 
 def test_a_lean_the_budget_would_show_keeps_the_trial_going():

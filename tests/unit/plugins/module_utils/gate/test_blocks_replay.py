@@ -113,7 +113,7 @@ def test_pageable_copies_are_too_noisy_for_15_percent_and_say_so():
     assert res["decision"] == "keep"
     assert not res["resolved"]
     assert res["throughput"]["resolution"] > 0.10
-    assert any(u.startswith("throughput: within block-to-block noise, +-") for u in res["unresolved"])
+    assert any(u.startswith("throughput: within block-to-block noise, ±") for u in res["unresolved"])
 
 
 @pytest.mark.parametrize("arm,collapse", [("nch4", 0.40), ("p2poff", 0.15)])
@@ -175,7 +175,7 @@ def test_a_change_within_the_noise_carries_its_noise_band_in_the_summary():
     result = replay(blocks[:8], "no_regression", effect=1.01, seed=5)
     unknown = [d for d in ("throughput", "p50", "tail") if result["verdicts"][d] == "unknown"]
     assert unknown, result["reason"]
-    assert "(noise +-" in result["summary"], result["summary"]
+    assert "(noise ±" in result["summary"], result["summary"]
 
 
 # ---------------------------------------------------------------- a workload that fails

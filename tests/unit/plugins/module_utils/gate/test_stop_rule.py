@@ -70,7 +70,7 @@ def test_a_median_about_to_decide_is_not_stopped_by_stalls_that_never_resolve():
     # with no lean to a gain anywhere, the same stalls do end it, and say why in numbers
     flat = dict(res, p50=dim(1.0, 0.10, verdict="same"), throughput=dim(1.0, 0.15))
     why = futility(flat, "improve", gate, 12)
-    assert why.startswith("no improvement of the 2.0%") and "the stalls to 0.50 points (+-7.33 points now" in why
+    assert why.startswith("no improvement of the 2.0%") and "the stalls to 0.50 points (±7.33 points now" in why
 
 
 def test_a_decision_says_what_decided_and_what_stayed_unresolved():
@@ -87,8 +87,8 @@ def test_a_decision_says_what_decided_and_what_stayed_unresolved():
     assert [r["dimension"] for r in decided] == ["p50"]
     assert [r["dimension"] for r in left] == ["throughput", "stalls"]
     words = resolution_words(decided, left)
-    assert words.startswith("decided by the median step (better, x0.877 +-4.4%)")
-    assert "stalled steps (+2.03 points +-8.18; +-6.04 at the budget, tolerance 0.50 points)" in words
+    assert words.startswith("decided by the median step (better, x0.877 ±4.4%)")
+    assert "stalled steps (+2.03 points ±8.18; ±6.04 at the budget, tolerance 0.50 points)" in words
 
 
 def test_windows_are_sized_from_the_first_windows_never_shorter():
