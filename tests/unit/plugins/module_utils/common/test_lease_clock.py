@@ -11,8 +11,12 @@ LEASE = {"run_id": "run-a", "boot_id": "b1", "expires_boot": 1300.0, "expires_ts
 
 
 def test_a_wall_clock_step_neither_ends_nor_extends_a_lease():
-    boot = lambda: 1000.0  # noqa: E731 - 300 s before the lease's end on the boot clock
-    this = lambda: "b1"  # noqa: E731
+    def boot():
+        return 1000.0  # 300 s before the lease's end on the boot clock
+
+    def this():
+        return "b1"
+
     for wall in (1_000_000.0, 1_000_000.0 + 7200, 1_000_000.0 - 7200):  # no step, +2 h, -2 h
         assert not hostproc.lease_expired(LEASE, lambda w=wall: w, boot, this)
     assert hostproc.lease_expired(LEASE, lambda: 1_000_000.0, lambda: 1300.5, this)
@@ -52,7 +56,7 @@ def test_a_frozen_controller_loses_the_host_at_its_leases_end():
         }
         assert controller_alive_here(record)
         proc.send_signal(signal.SIGSTOP)
-        for _ in range(50):
+        for _attempt in range(50):
             if hostproc.pid_stopped(record):
                 break
             time.sleep(0.02)
