@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """What a tune run tells its user: the plan, the outcome per layer, the next commands and the
-host's Markdown report.
+host's Markdown and HTML report. The words come from plugins/module_utils/reporting/report.py
+(rendered from the run's record); these filters hand it plain data and name bad input.
 
 Documentation lives next to this file in plan_lines.yml, outcome_lines.yml, next_commands.yml
 and report_markdown.yml.
@@ -13,42 +14,20 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import difflib
-
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.stacktune.gpu.plugins.filter.layers import layer_name
 from ansible_collections.stacktune.gpu.plugins.module_utils.diagnose.report import markdown as diagnosis_markdown
-from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.decision import budget_words, details, verdict
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting import report as rendering
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.decision import verdict
 from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.html import embedded, to_html
 from ansible_collections.stacktune.gpu.plugins.plugin_utils._plain import plain
-from ansible_collections.stacktune.gpu.plugins.plugin_utils._verify_table import show_value
 
-# The commands that follow a run: from a checkout the Makefile's targets, once installed the playbooks.
-COMMANDS = {
-    True: {"tune": "make tune", "verify": "make verify", "drift": "make drift", "rollback": "make rollback"},
-    False: {
-        "tune": "ansible-playbook stacktune.gpu.tune",
-        "verify": "ansible-playbook stacktune.gpu.verify",
-        "drift": "ansible-playbook stacktune.gpu.drift",
-        "rollback": "ansible-playbook stacktune.gpu.rollback",
-    },
-}
-
-# A cell of the report is cut to this many characters (and a few more before it is cut).
-CELL = 40
-CELL_LEEWAY = 5
+HOW_TO_READ_LIVE = rendering.HOW_TO_READ_LIVE
 
 
-def _results(results, name):
-    results = plain(results)
-    if not isinstance(results, list) or not all(isinstance(r, dict) and "layer" in r for r in results):
-        raise AnsibleFilterError("%s expects stacktune_results, a list of layer outcomes" % name)
-    return results
-
-
-def _changed(rows):
-    return [row for row in rows or [] if row.get("changed")]
+def _cut(value):
+    return rendering.cut_value(value)
 
 
 def plan_lines(layers, plans):
@@ -61,14 +40,14 @@ def plan_lines(layers, plans):
     for ref, found in zip(layers, plans):
         plan = found if isinstance(found, dict) else {}
         rows = plan.get("settings") or []
-        changes = [str(row.get("id")) for row in _changed(rows)]
+        changes = [str(row.get("id")) for row in rendering.changed_rows(rows)]
         notes = plan.get("notes") or []
         line = "%s: %s" % (
             layer_name(ref),
             "%d to change (%s)" % (len(changes), ", ".join(changes)) if changes else "nothing to change",
         )
         if notes:
-            line += " - " + "; ".join(_note(n) for n in notes)
+            line += " - " + "; ".join(rendering.note_words(n) for n in notes)
         out.append(line)
         out += [
             "  %s overridden: %s" % (row.get("id"), row.get("reason"))
@@ -93,425 +72,40 @@ def _why_unsupported(row):
 
 def next_commands(checkout, check_mode=False):
     """What to run after this run: tune for real after --check, else verify, drift and rollback."""
-    cmd = COMMANDS[bool(checkout)]
-    if check_mode:
-        return ["tune for real: %s (without --check)" % cmd["tune"]]
-    return [
-        "check what is applied: " + cmd["verify"],
-        "find and fix drift later (cron/AWX): " + cmd["drift"],
-        "undo everything stacktune changed: " + cmd["rollback"],
-    ]
-
-
-def _verdict(r):
-    """The layer's gate decision in one line (its outcome's decision when the gate's lacks one)."""
-    gate = dict(r.get("gate") or {})
-    gate.setdefault("decision", r.get("decision"))
-    return verdict(gate)
-
-
-def _persisted_only(r):
-    """The changed settings whose live value was already set: only their persistence was written."""
-    return [s for s in _changed(r.get("settings")) if not _live_changed(s)]
-
-
-def _changed_words(r):
-    """How many settings a kept layer changed, live and only persisted: "3 setting(s) changed",
-    "nothing changed live, 8 setting(s) already set persisted", or both."""
-    n = len(_changed(r.get("settings")))
-    persisted = len(_persisted_only(r))
-    if not persisted:
-        return "%d setting(s) changed" % n
-    if persisted == n:
-        return "nothing changed live, %d setting(s) already set persisted" % n
-    return "%d setting(s) changed, %d more already set persisted" % (n - persisted, persisted)
-
-
-def _outcome(r, check_mode, gated):
-    n = len(_changed(r.get("settings")))
-    gate = r.get("gate")
-    if check_mode:
-        line = "%s: %s (check mode: nothing changed or measured)" % (
-            r["layer"],
-            "would change %d setting(s)" % n if n else "nothing to change",
-        )
-    elif r.get("decision") == "rollback" and (gate or {}).get("method") == "search" and not restored_ids(r):
-        # a search that found nothing better than what the host had: nothing was put back
-        line = "%s: searched, the host's own value stays (nothing changed) - %s" % (r["layer"], _verdict(r))
-    elif r.get("decision") == "rollback":
-        line = "%s: ROLLED BACK (%d setting(s) put back) - %s" % (r["layer"], len(restored_ids(r)), _verdict(r))
-    elif r.get("decision") == "keep" and (gate or {}).get("method") == "search":
-        # the value the search put in place (the layer's own rows are those of its first candidate)
-        found = gate.get("search") or {}
-        line = "%s: kept %s = %s, found by a search - %s" % (
-            r["layer"],
-            found.get("variable", "the searched value"),
-            found.get("chosen"),
-            _verdict(r),
-        )
-    elif r.get("decision") == "keep" and gate:
-        line = "%s: kept (%s) - %s" % (r["layer"], _changed_words(r), _verdict(r))
-    elif n:
-        line = "%s: kept (%s), not measured%s" % (r["layer"], _changed_words(r), "" if gated else " (gate off)")
-    else:
-        line = "%s: nothing to change" % r["layer"]
-    if r.get("pending_reboot"):
-        line += " ; pending reboot: " + ", ".join(str(p) for p in r["pending_reboot"])
-    return line
+    return rendering.next_commands(checkout, check_mode)
 
 
 def outcome_lines(results, check_mode=False, gate=True, report=None, next_steps=None):
     """One line per layer (kept, rolled back, not measured ...), then where the report is and what to run next."""
-    out = [_outcome(r, bool(check_mode), bool(gate)) for r in _results(results, "outcome_lines")]
-    out.append("report: %s" % report)
-    out += ["next: %s" % step for step in plain(next_steps) or []]
-    return out
-
-
-# --------------------------------------------------------------------------- Markdown report
-
-HOW_TO_READ = [
-    "How to read it: each layer was applied, measured in blocks (one process run of a workload",
-    "each) with and without it in the order A B B A ..., and kept only when its policy was met",
-    "(docs/gate.md). A change reads `+` for more throughput and for longer step times (the median",
-    "step, the tail: the mean of each block's slowest 1%); `±` is its noise, the half-width of its",
-    "interval. Every number behind a decision is under the layer's details below and in the JSON.",
-]
-# Added under HOW_TO_READ when a layer of the run was measured in a live trial.
-HOW_TO_READ_LIVE = [
-    "A layer measured in *windows of one running process* had a live trial: one process of each",
-    "workload ran throughout, the layer was switched on and off between windows of its steps, and",
-    "each window counts as a block above (docs/gate.md, Live trials).",
-]
-OUTCOMES = {"keep": "kept", "rollback": "rolled back", "inconclusive": "inconclusive"}
-
-
-def _text(value):
-    """A value as a template prints it: None as nothing."""
-    return "" if value is None else str(value)
-
-
-def _note(note):
-    """A layer's note in words: a finding (bios: id, severity, subject, note, remediation) as
-    "[warning] subject id: note => remediation", any other dict as its key: value pairs."""
-    if not isinstance(note, dict):
-        return _text(note)
-    if "note" in note:
-        head = "[%s] " % note["severity"] if note.get("severity") else ""
-        subject = " ".join(_text(note.get(k)) for k in ("subject", "id") if note.get(k))
-        line = head + (subject + ": " if subject else "") + _text(note["note"])
-        return line + (" => %s" % note["remediation"] if note.get("remediation") else "")
-    return "; ".join("%s: %s" % (k, _text(v)) for k, v in note.items())
-
-
-def _cut(value):
-    """str(value), cut at a word to about CELL characters with '...'."""
-    text = str(value)
-    if len(text) <= CELL + CELL_LEEWAY:
-        return text
-    return text[: CELL - 3].rsplit(" ", 1)[0] + "..."
-
-
-def _cell(value):
-    """Text in a table cell: a '|' would end the cell, a newline the row."""
-    return str(value).replace("|", "/").replace("\n", " ")
-
-
-def _int(value):
     try:
-        return int(value)
-    except (TypeError, ValueError):
-        try:
-            return int(float(value))
-        except (TypeError, ValueError):
-            return 0
-
-
-def _head(host, run_id, facts, check_mode, acceptance, plot):
-    gpu_count = facts.get("gpu_count")
-    if _int(gpu_count) > 0:
-        gpus = ": " + ", ".join(str(g.get("name")) for g in facts.get("gpus") or [])
-    else:
-        gpus = " (%s)" % _text(facts.get("reason"))
-    lines = [
-        "# stacktune run %s on %s" % (_text(run_id), _text(host)),
-        "",
-        "%s GPU(s)%s," % (_text(gpu_count), gpus),
-        "kernel %s%s."
-        % (
-            _text((facts.get("host") or {}).get("kernel_release")),
-            ", check mode: nothing was changed" if check_mode else "",
-        ),
-    ]
-    if "verdict" in acceptance:
-        lines.append(
-            "Last acceptance of this host: **%s** (%s, %s): %s"
-            % tuple(_text(acceptance.get(k)) for k in ("verdict", "level", "time", "summary"))
-        )
-    else:
-        lines.append("No acceptance recorded on this host (playbooks/acceptance.yml).")
-    lines.append("")
-    if plot.get("skipped", True) is False and plot.get("panels", True):
-        lines += [
-            "Step times without and with each measured layer, one panel per workload it was judged on:",
-            "",
-            "![step times without and with each measured layer](%s.png)" % host,
-        ]
-    else:
-        lines.append("No step-time plot: %s." % _text(plot.get("reason", "no layer was measured")))
-    if plot.get("skipped", True) is False and plot.get("searches"):
-        lines += [
-            "",
-            "Throughput, p99 and energy per step against the candidate value of each search:",
-            "",
-            "![throughput, p99 and energy per step against the candidate value](%s-search.png)" % host,
-        ]
-    return lines + [""] + ([] if check_mode else HOW_TO_READ + [""])
-
-
-def restored_ids(r):
-    """What a rollback put back: the ids the engine's restore names (the journal's count), or,
-    for a decision that does not carry them, the settings whose live value the layer changed."""
-    gate = r.get("gate") or {}
-    if isinstance(gate.get("restored"), list):
-        return [str(x) for x in gate["restored"]]
-    return [str(s.get("id")) for s in r.get("settings") or [] if s.get("changed") and _live_changed(s)]
-
-
-def _same(a, b):
-    return _text(a).strip() == _text(b).strip()
-
-
-def _expected_text(s):
-    expected = s.get("expected")
-    if isinstance(expected, dict) and "text" in expected:
-        return expected["text"]
-    return expected
-
-
-def _live_changed(s):
-    """Whether the layer changed the live value (not only its line in a file that persists it)."""
-    if "live_before" not in s:
-        return bool(s.get("changed"))
-    return not _same(s.get("live_before"), _expected_text(s))
-
-
-def _is_file(s):
-    value = _expected_text(s)
-    return str(s.get("id", "")).startswith("file:") or (isinstance(value, str) and "\n" in value.rstrip("\n"))
-
-
-def _show(value):
-    return show_value(value, width=CELL)
-
-
-def _setting_rows(r, check_mode):
-    """(cells, diff) per setting: the setting, before, set to, now, what changed."""
-    rolled_back = r.get("decision") == "rollback"
-    put_back = set(restored_ids(r)) if rolled_back else set()
-    out = []
-    for s in r.get("settings") or []:
-        sid = _text(s.get("id"))
-        target = _expected_text(s)
-        before = s["live_before"] if "live_before" in s else (s.get("live") if check_mode else None)
-        known_before = "live_before" in s or check_mode
-        if check_mode:
-            now = s.get("live")
-            what = "would change" if s.get("changed") else "no change"
-        elif not s.get("changed"):
-            now = s.get("live")
-            what = "no change" + (" (%s)" % s["status"] if s.get("status") not in (None, "ok") else "")
-        elif not _live_changed(s):
-            now = s.get("live")
-            what = "no live change (already set); persisted" + (", put back" if rolled_back else "")
-        elif rolled_back:
-            now = before
-            what = "changed, put back" if (sid in put_back or not put_back) else "changed, then rolled back"
-        else:
-            now = s.get("live")
-            what = "changed"
-        if s.get("status") not in (None, "ok", "changed") and s["status"] not in what:
-            what += "; %s" % s["status"]
-        diff = None
-        if _is_file(s):
-            cells = [
-                sid,
-                _file_summary(before, known_before),
-                _file_summary(target, True),
-                "same as set" if _same(now, target) else _file_summary(now, known_before or not rolled_back),
-                what,
-            ]
-            diff = _diff(sid, before, target) if known_before and not _same(before, target) else None
-        else:
-            cells = [sid, _show(before) if known_before else "?", _show(target), _show(now), what]
-        out.append(([_cell(c) for c in cells], diff, s))
-    return out
-
-
-def _file_summary(text, known):
-    if not known:
-        return "?"
-    if text is None or text == "":
-        return "no file"
-    n = len(str(text).rstrip("\n").split("\n"))
-    return "%d line%s" % (n, "" if n == 1 else "s")
-
-
-def _diff(sid, before, after):
-    lines = list(
-        difflib.unified_diff(
-            _text(before).splitlines(),
-            _text(after).splitlines(),
-            fromfile="%s before" % sid,
-            tofile="%s as set" % sid,
-            lineterm="",
-        )
-    )
-    return lines or None
-
-
-def _settings_table(r, check_mode):
-    rows = _setting_rows(r, check_mode)
-    lines = []
-    if r.get("decision") == "rollback" and not check_mode:
-        ids = restored_ids(r)
-        lines += [
-            "The gate rolled this layer back: %d setting(s) put back%s; `now` is the value after the rollback."
-            % (len(ids), (" (%s)" % ", ".join(ids)) if ids else ""),
-            "",
-        ]
-    lines += [
-        "| setting | before | set to | now | what changed |",
-        "| --- | --- | --- | --- | --- |",
-    ]
-    lines += ["| %s |" % " | ".join(cells) for cells, _d, _s in rows]
-    reasons = [(s.get("id"), s.get("reason")) for _c, _d, s in rows if s.get("reason")]
-    if reasons:
-        lines.append("")
-        lines += ["- %s: %s" % (_text(sid), _text(why)) for sid, why in reasons]
-    return lines, [(cells[0], diff) for cells, diff, _s in rows if diff]
-
-
-def outcome_word(r, check_mode=False):
-    """keep, rolled back, not measured (kept), nothing to change, would change ..."""
-    n = len(_changed(r.get("settings")))
-    gate = r.get("gate")
-    if check_mode:
-        return "would change" if n else "nothing to change"
-    if r.get("decision") == "rollback":
-        return "rolled back"
-    if gate and gate.get("measurable") is False:
-        return "not measured, kept" if r.get("decision") == "keep" else "not measured"
-    if r.get("decision") == "keep" and gate:
-        return "kept"
-    if n:
-        return "kept, not measured"
-    return "nothing to change"
-
-
-def _changed_cell(r):
-    n, persisted = len(_changed(r.get("settings"))), len(_persisted_only(r))
-    return "%d (%d only persisted)" % (n, persisted) if persisted else str(n)
-
-
-def _layer_row(r, check_mode):
-    gate = r.get("gate")
-    if check_mode:
-        verdict_text = "check mode: nothing measured"
-    elif gate:
-        verdict_text = _verdict(r)
-    elif r.get("changed"):
-        verdict_text = "not measured (the gate is off)"
-    else:
-        verdict_text = "no change"
-    measured = "-"
-    if gate and gate.get("measurable") is not False:
-        measured = ", ".join(str(w) for w in gate.get("workloads_measured") or [gate.get("workload")] if w) or "-"
-    cells = [
-        _text(r["layer"]),
-        _text(r.get("policy")) if gate else "-",
-        "**%s**" % outcome_word(r, check_mode),
-        _changed_cell(r),
-        str(len(r.get("pending_reboot") or [])),
-        measured,
-        _cell(verdict_text),
-    ]
-    return "| %s |" % " | ".join(cells)
-
-
-def _details(r, budget):
-    gate = r.get("gate")
-    lines = []
-    if gate:
-        measured = gate.get("measurable") is not False
-        said = budget_words(budget, gate.get("workloads_measured"), live=gate.get("method") == "live")
-        lines += details(gate, said if budget and measured else None)
-    return lines
-
-
-def _lease_lines(lease, run_id):
-    """What the report says first when its run no longer held the host (run_lock's lease_ended)."""
-    ended = lease.get("lease_ended")
-    if not ended:
-        return []
-    return [
-        "**This run no longer held the host when it wrote this report**: %s. Run %s stopped there; the"
-        % (_text(ended), _text(run_id)),
-        "outcomes below are what it knew when it lost the host, not necessarily the host's state now",
-        "(the verify playbook shows that).",
-    ]
+        return rendering.outcome_lines(plain(results), check_mode, gate, report, plain(next_steps))
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
 
 
 def report_markdown(
     results, host, run_id, facts, check_mode=False, acceptance=None, plot=None, budget=None, lease=None, diagnosis=None
 ):
-    """The host's report of one run as Markdown: the host, the acceptance, one row per layer, then
-    per layer its settings (before, set to, now) and the details: the statistics, the file diffs."""
-    results = _results(results, "report_markdown")
-    facts = plain(facts)
-    if not isinstance(facts, dict):
-        raise AnsibleFilterError(
-            "report_markdown: facts must be ansible_facts.stacktune, got %s" % type(facts).__name__
+    """The host's report of one run as Markdown (reporting/report.py), the diagnosis' section
+    from the diagnosis (diagnose/report.py)."""
+    results, facts = plain(results), plain(facts)
+    try:
+        rendering.check_results(results, "report_markdown")
+        diagnosed = plain(diagnosis) if hasattr(diagnosis, "keys") else {}
+        return rendering.markdown(
+            results,
+            host,
+            run_id,
+            facts,
+            check_mode=check_mode,
+            acceptance=plain(acceptance) if hasattr(acceptance, "keys") else {},
+            plot=plain(plot) if hasattr(plot, "keys") else {},
+            budget=plain(budget) if hasattr(budget, "keys") else None,
+            lease=plain(lease) if hasattr(lease, "keys") else {},
+            diagnosis=diagnosis_markdown(diagnosed, results),
         )
-    acceptance = plain(acceptance) if hasattr(acceptance, "keys") else {}
-    plot = plain(plot) if hasattr(plot, "keys") else {}
-    budget = plain(budget) if hasattr(budget, "keys") else None
-    lease = plain(lease) if hasattr(lease, "keys") else {}
-    check_mode = bool(check_mode)
-    lines = _head(host, run_id, facts, check_mode, acceptance, plot)
-    lines[1:1] = ([""] + _lease_lines(lease, run_id)) if lease.get("lease_ended") else []
-    # the diagnosis leads the report: where the program the gate measured is bound
-    lines += diagnosis_markdown(plain(diagnosis) if hasattr(diagnosis, "keys") else {}, results)
-    if not check_mode and any((r.get("gate") or {}).get("method") == "live" for r in results if isinstance(r, dict)):
-        lines += HOW_TO_READ_LIVE + [""]
-    # the layer table under a heading of its own, never inside the diagnosis' section
-    lines += ["## Layers", ""]
-    lines += [
-        "| layer | policy | outcome | settings changed | pending reboot | measured on | verdict |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    lines += [_layer_row(r, check_mode) for r in results]
-    lines.append("")
-    for r in results:
-        detail = [] if check_mode else _details(r, budget)
-        if not r.get("settings") and not detail and not r.get("notes"):
-            continue
-        lines += ["## %s" % _text(r["layer"]), ""]
-        diffs = []
-        if r.get("settings"):
-            table, diffs = _settings_table(r, check_mode)
-            lines += table + [""]
-        for note in r.get("notes") or []:
-            lines.append("Note: %s" % _note(note))
-        if r.get("notes"):
-            lines.append("")
-        if detail or diffs:
-            lines += ["### %s: details" % _text(r["layer"]), ""] + detail
-        for sid, diff in diffs:
-            lines += ["%s:" % sid, "", "```diff"] + diff + ["```", ""]
-    while lines and lines[-1] == "":
-        lines.pop()
-    return "\n".join(lines) + "\n"
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
 
 
 def report_html(markdown, title=None, directory=None):

@@ -16,28 +16,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.notation import show_value
 from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.states import MEANINGS
 
 COLUMNS = ("setting", "expected", "live", "persisted", "at boot", "status", "other writers")
-VALUE_WIDTH = 22
-ELLIPSIS = "..."
-
-
-def show_value(value, width=VALUE_WIDTH):
-    """A value as one short cell: ``-`` for none, ``N lines`` for a file's text, else the value
-    itself, cut to ``width`` characters."""
-    if value is None:
-        return "-"
-    text = str(value)
-    if isinstance(value, bool):
-        text = text.lower()
-    lines = text.rstrip("\n").split("\n")
-    if len(lines) > 1:
-        return "%d lines" % len(lines)
-    text = " ".join(lines[0].split()) or '""'
-    if len(text) > width:
-        return text[: width - len(ELLIPSIS)] + ELLIPSIS
-    return text
 
 
 def other_writers(row):

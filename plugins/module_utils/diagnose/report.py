@@ -9,10 +9,12 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine import keeping
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.decision import verdict
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.notation import cell_text, number
 
 
 def _cell(value):
-    return str(value if value is not None else "").replace("|", "/").replace("\n", " ")
+    return cell_text(value)
 
 
 def _gpu_rows(profile):
@@ -68,6 +70,21 @@ def console_lines(diagnosis):
     return lines
 
 
+def _other_programs(diagnosis, results):
+    """The workloads the trials measured that are not the program the diagnosis profiled."""
+    what = (diagnosis or {}).get("program") or {}
+    profiled = "command" if what.get("command") else what.get("workload")
+    seen = []
+    for r in results or []:
+        gate = (r.get("gate") or {}) if isinstance(r, dict) else {}
+        if gate.get("measurable") is False:
+            continue
+        for w in gate.get("workloads_measured") or ([gate["workload"]] if gate.get("workload") else []):
+            if w != profiled and w not in seen:
+                seen.append(str(w))
+    return seen
+
+
 def markdown(diagnosis, results=None):
     """Lines of the report's ``## Diagnosis`` section; ``results``: the layers' records, each
     with its ``diagnosis`` (expected, how its trial was sized) and the gate's decision."""
@@ -85,14 +102,21 @@ def markdown(diagnosis, results=None):
         "Program: `%s`, profiled %s s in %s snapshots; %s steps, %s/s, p50 %s ms, p99 %s ms."
         % (
             ran,
-            prof.get("seconds"),
+            number(prof.get("seconds")),
             prof.get("samples"),
             steps.get("count"),
-            steps.get("per_s"),
-            steps.get("p50_ms"),
-            steps.get("p99_ms"),
+            number(steps.get("per_s")),
+            number(steps.get("p50_ms")),
+            number(steps.get("p99_ms")),
         )
     )
+    other = _other_programs(diagnosis, results)
+    if other:
+        lines += [
+            "",
+            "The trials measured %s, not this program: what can or cannot move it is said of the program"
+            " profiled here; the layers' verdicts are what the trials saw on theirs." % ", ".join(other),
+        ]
     lines += ["", "Evidence:", ""] + ["- %s" % _cell(e) for e in diagnosis.get("evidence") or []]
     for c in diagnosis.get("caveats") or []:
         lines.append("- caveat: %s" % _cell(c))
@@ -157,7 +181,7 @@ def markdown(diagnosis, results=None):
                     _cell(r.get("layer")),
                     _cell(d.get("expected")),
                     _cell(measured),
-                    _cell(gate.get("summary") or r.get("decision")),
+                    _cell(verdict(gate) if gate else r.get("decision") or "-"),
                 )
             )
     lines.append("")

@@ -274,14 +274,16 @@ def sig_round(value):
 
 def budget_hint(result, policy, gate):
     """A larger budget by name, when ``improve`` rolled back a gain it leaned to but could not
-    show (a 5% gain of a DataLoader-bound program): ``{"preset", "words"}`` or None."""
+    show (a 5% gain of a DataLoader-bound program): ``{"preset", "words"}`` or None; ``preset``
+    None when the noise so far needs more blocks per arm than even the preset has."""
     if policy != "improve" or result.get("decision") != "rollback" or result.get("resolved"):
         return None
     preset = BUDGET_PRESETS["small_changes"]
     live = gate.budget["max_blocks"] == gate.budget.get("max_windows")  # settings.live_gate
-    if gate.budget["max_blocks"] >= preset["max_windows" if live else "max_blocks"]:
+    limit = preset["max_windows" if live else "max_blocks"]
+    if gate.budget["max_blocks"] >= limit:
         return None
-    leans = []
+    per_arm, leans, needed = min((result.get("blocks") or {}).values() or [0]), [], 0
     for dim in ("throughput", "p50"):
         block = result.get(dim) or {}
         ratio = block.get("ratio")
@@ -289,14 +291,27 @@ def budget_hint(result, policy, gate):
             continue
         gain = ratio - 1.0 if dim == "throughput" else 1.0 - ratio
         if gain >= gate.settings["min_gain"]:
-            leans.append("%s %+.1f%%" % (_DIM_WORDS[dim], 100.0 * gain))
+            leans.append(
+                "%s %.1f%% %s" % (_DIM_WORDS[dim], 100.0 * gain, "higher" if dim == "throughput" else "shorter")
+            )
+            half, band = block.get("resolution"), block.get("tolerance")
+            if per_arm and half and band:
+                needed = max(needed, int(math.ceil(per_arm * (half / band) ** 2)))
     if not leans:
         return None
+    unit = "windows" if live else "blocks"
+    if needed > limit:
+        words = "a gain of this size (%s) is beyond even stacktune_gate_budget: {preset: small_changes} (%d %s per arm)"
+        return {
+            "preset": None,
+            "words": words % (", ".join(leans), limit, unit) + " here: at this noise about %s %s "
+            "per arm would be needed" % (needed if needed <= NEEDED_SAID else "over %d" % NEEDED_SAID, unit),
+        }
     return {
         "preset": "small_changes",
         "words": "a gain of this size (%s) needs a longer trial: stacktune_gate_budget: {preset: small_changes} "
         "measures up to %d windows per arm live (a 5%% gain of a DataLoader-bound program: about 2 minutes, "
-        "at most 5) and %d blocks per arm" % (", ".join(leans), preset["max_windows"], preset["max_blocks"]),
+        "at most 5 minutes) and %d blocks per arm" % (", ".join(leans), preset["max_windows"], preset["max_blocks"]),
     }
 
 
@@ -526,7 +541,8 @@ class Trial:
         """The budget that would have resolved more, and which dimensions decided."""
         hint = budget_hint(result, self.policy, self.gate)
         if hint:
-            result["budget_hint"] = hint["preset"]
+            if hint["preset"]:
+                result["budget_hint"] = hint["preset"]
             result["reason"] = "%s; %s" % (result["reason"], hint["words"])
             result["summary"] = "%s; %s" % (result["summary"], hint["words"])
         decided, left = settled_words(result)
@@ -724,31 +740,6 @@ def unmeasurable_reason(candidates, data_dir=None):
             "that holds the training data" % ", ".join(needs)
         )
     return why
-
-
-_EFFECT_WORDS = {"next_login": "at the next login", "next_boot": "at the next boot"}
-
-
-def changes_seen_later(changes):
-    """The layer's changes when none of them is seen by a process started now, else None.
-
-    ``changes``: the rows of the layer's apply (``host_settings``); each written row says when
-    a newly started process sees it (``effect``). A row written without ``effect`` counts as
-    seen now, and so does an empty list (nothing said): such a layer is measured.
-    """
-    written = [r for r in changes or [] if isinstance(r, dict) and r.get("changed")]
-    if not written or any(r.get("effect") in (None, "now") for r in written):
-        return None
-    return [(r.get("id") or "?", r["effect"]) for r in written]
-
-
-def unseen_reason(later):
-    """Why a layer whose changes are all seen later is not measured, in words for the report."""
-    parts = ["%s %s" % (sid, _EFFECT_WORDS.get(effect, effect)) for sid, effect in later]
-    return (
-        "nothing a block started now can see changed (%s); the gate measures a layer only while its "
-        "change is live" % "; ".join(parts)
-    )
 
 
 # ------------------------------------------------------------------ live trials

@@ -37,18 +37,20 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import (
     LIVE_DROP_STEPS,
     Trial,
     block_cost,
-    changes_seen_later,
     combine,
     decided_on,
     live_plan,
     run_staged,
     resolve_workloads,
     unmeasurable_reason,
-    unseen_reason,
 )
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.steps import POLICIES
 from ansible_collections.stacktune.gpu.plugins.module_utils.gate.search import check_search, search_live
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate.wording import seconds_words
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.wording import (
+    changes_seen_later,
+    seconds_words,
+    unseen_reason,
+)
 from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.decision import budget_words
 
 BENCH_KEYS = ("command", "python", "size", "steps", "warmup", "timeout", "device", "workers", "env", "data_dir")

@@ -311,3 +311,28 @@ def resolution_words(decided, left):
             words.append(text + ")")
         parts.append("unresolved: %s" % ", ".join(words))
     return "; ".join(parts)
+
+
+_EFFECT_WORDS = {"next_login": "at the next login", "next_boot": "at the next boot"}
+
+
+def changes_seen_later(changes):
+    """The layer's changes when none of them is seen by a process started now, else None.
+
+    ``changes``: the rows of the layer's apply (``host_settings``); each written row says when
+    a newly started process sees it (``effect``). A row written without ``effect`` counts as
+    seen now, and so does an empty list (nothing said): such a layer is measured.
+    """
+    written = [r for r in changes or [] if isinstance(r, dict) and r.get("changed")]
+    if not written or any(r.get("effect") in (None, "now") for r in written):
+        return None
+    return [(r.get("id") or "?", r["effect"]) for r in written]
+
+
+def unseen_reason(later):
+    """Why a layer whose changes are all seen later is not measured, in words for the report."""
+    parts = ["%s %s" % (sid, _EFFECT_WORDS.get(effect, effect)) for sid, effect in later]
+    return (
+        "nothing a block started now can see changed (%s); the gate measures a layer only while its "
+        "change is live" % "; ".join(parts)
+    )

@@ -16,6 +16,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.notation import change, ms, number
+
 WORDS = {"keep": "keep", "rollback": "rolled back", "inconclusive": "inconclusive"}
 NAMES = {"throughput": "throughput", "p50": "median step", "tail": "tail", "stalls": "stalled steps"}
 LONG_NAMES = {
@@ -42,7 +44,7 @@ def _num(value):
 
 
 def _pct(x):
-    return "%+.1f%%" % (x * 100.0)
+    return change(x)
 
 
 def _short(text, limit=ERROR_CHARS):
@@ -113,30 +115,64 @@ def _cause(decision, word):
     return None
 
 
-def _where(decision):
-    """``on train_step (also judged on dataloader), 4+4 blocks``, or what of it is known."""
-    parts = []
-    primary = decision.get("workload")
-    measured = [str(w) for w in decision.get("workloads_measured") or list(_dict(decision.get("workloads")))]
-    if primary:
-        others = [w for w in measured if w != primary]
-        parts.append("on %s%s" % (primary, " (also judged on %s)" % ", ".join(others) if others else ""))
-    elif measured:
-        parts.append("on " + ", ".join(measured))
-    blocks = _dict(decision.get("blocks"))
+def _arms(res, unit):
+    """``8 blocks per arm`` or ``8 blocks with the layer, 6 without``; '' when not recorded."""
+    blocks = _dict(res.get("blocks"))
     with_, without = blocks.get("with"), blocks.get("without")
-    if with_ is None and decision.get("blocks_before") is not None:
-        with_, without = decision.get("blocks_after"), decision.get("blocks_before")
+    if with_ is None and res.get("blocks_before") is not None:
+        with_, without = res.get("blocks_after"), res.get("blocks_before")
+    if with_ is None:
+        return ""
+    if with_ == without:
+        return "%s %s per arm" % (with_, unit)
+    return "%s %s with the layer, %s without" % (with_, unit, without)
+
+
+def _where(decision):
+    """``on train_step, 4 blocks per arm``, and per other workload judged its own blocks and
+    whether it stopped early: ``on cpu_dataloader, 8 blocks per arm (also judged on
+    shm_pingpong, 4 blocks per arm, stopped early)``; or what of it is known."""
+    parts = []
     unit = "windows of one running process" if decision.get("method") == "live" else "blocks"
-    if with_ is not None and with_ == without:
-        parts.append("%s %s per arm" % (with_, unit))
-    elif with_ is not None:
-        parts.append("%s %s with the layer, %s without" % (with_, unit, without))
+    primary = decision.get("workload")
+    per = _dict(decision.get("workloads"))
+    measured = [str(w) for w in decision.get("workloads_measured") or list(per)]
+    others = [w for w in measured if w != primary]
+    early = _dict(decision.get("futility"))
+
+    def stopped(w, res):
+        return bool(res.get("futility") or early.get(w))
+
+    if primary:
+        res = _dict(per.get(primary)) or decision
+        head = ", ".join(x for x in ["on %s" % primary, _arms(res, unit)] if x)
+        if stopped(primary, res):
+            head += ", stopped early"
+        if others:
+            head += " (also judged on %s)" % "; ".join(
+                ", ".join(
+                    x
+                    for x in [
+                        w,
+                        _arms(_dict(per.get(w)), unit),
+                        "stopped early" if stopped(w, _dict(per.get(w))) else "",
+                    ]
+                    if x
+                )
+                for w in others
+            )
+        parts.append(head)
+    else:
+        if measured:
+            parts.append("on " + ", ".join(measured))
+        arms = _arms(decision, unit)
+        if arms:
+            parts.append(arms)
+        if decision.get("futility"):
+            parts.append("stopped early")
     if decision.get("windows") is not None:
         windows = decision["windows"]
         parts.append(("%s windows" % len(windows)) if isinstance(windows, (list, dict)) else "%s windows" % windows)
-    if decision.get("futility"):
-        parts.append("stopped early")
     if decision.get("flaky"):
         parts.append("the workload is flaky")
     return ", ".join(parts)
@@ -249,14 +285,43 @@ def _value(dim, value):
     if v is None:
         return "-"
     if dim == "stalls":
-        return "%.2f%%" % (v * 100.0)
+        return "%s%%" % number(v * 100.0)
     if dim == "throughput":
-        return "%.4g" % v
-    return "%.4g ms" % v
+        return number(v)
+    return ms(v)
 
 
-def statistics_table(decision):
-    """Markdown rows, one per dimension: without, with, change, interval, allowed, verdict."""
+# a workload whose measured steps were less than this share of its wall time, or a dimension
+# whose noise is more than this (a ratio's half-width; stalls in points / 100), gives an interval
+# that means nothing: the report says so in words instead of printing it
+UNRESOLVABLE_SHARE = 0.10
+UNRESOLVABLE_HALF = {"stalls": 0.10}
+UNRESOLVABLE_RATIO_HALF = 1.0
+
+
+def unresolvable_words(workload, share):
+    """``not resolvable here: shm_pingpong measured 1% of its wall time`` when too little of
+    the workload's time was its steps, else ''."""
+    share = _num(share)
+    if share is None or share >= UNRESOLVABLE_SHARE:
+        return ""
+    return "not resolvable here: %s measured %d%% of its wall time" % (workload, round(share * 100.0))
+
+
+def _too_noisy(dim, block):
+    half = _num(_dict(block).get("resolution"))
+    return half is not None and half >= UNRESOLVABLE_HALF.get(dim, UNRESOLVABLE_RATIO_HALF)
+
+
+def _noise(dim, block):
+    half = _num(_dict(block).get("resolution"))
+    return "±%s points" % number(half * 100.0) if dim == "stalls" else "±%s%%" % number(half * 100.0)
+
+
+def statistics_table(decision, unresolvable=""):
+    """Markdown rows, one per dimension: without, with, change, interval, allowed, verdict. With
+    ``unresolvable`` (unresolvable_words) or a dimension's noise over 100% (10 points for the
+    stalls), the interval is said in words, not printed."""
     d = _dict(decision)
     rows = [
         "| dimension | statistic | without the layer | with it | change | interval | allowed | verdict |",
@@ -265,28 +330,38 @@ def statistics_table(decision):
     verdicts = _dict(d.get("verdicts"))
     for dim in _dims(d) + (["p99"] if "p99" in d else []):
         block = _dict(d.get(dim))
+        kind = "stalls" if dim == "stalls" else dim
         if dim == "stalls":
-            change = (
+            change_text = (
                 "%+.2f points" % (block["difference"] * 100.0) if _num(block.get("difference")) is not None else "-"
             )
         else:
             ratio = _num(block.get("ratio"))
-            change = _pct(ratio - 1.0) if ratio is not None else "-"
+            change_text = _pct(ratio - 1.0) if ratio is not None else "-"
         label = LONG_NAMES.get(dim, "%s (reported, not judged)" % block.get("label", dim))
         if dim == "tail" and block.get("label"):
             label = "tail: mean of each block's %s (lower is better)" % block["label"]
+        said = str(verdicts.get(dim) or block.get("verdict") or "-")
+        interval = _ci_words(kind, block)
+        if unresolvable:
+            interval, said = "not resolvable here", "not resolvable" if said == "unknown" else said
+        elif _too_noisy(kind, block):
+            interval = "not resolvable: noise %s" % _noise(kind, block)
+            said = "not resolvable" if said == "unknown" else said
+        elif said == "unknown":
+            said = "not resolved"
         rows.append(
             "| %s |"
             % " | ".join(
                 [
                     label,
                     str(block.get("statistic") or "-"),
-                    _value("stalls" if dim == "stalls" else dim, block.get("before")),
-                    _value("stalls" if dim == "stalls" else dim, block.get("after")),
-                    change,
-                    _ci_words("stalls" if dim == "stalls" else dim, block),
+                    _value(kind, block.get("before")),
+                    _value(kind, block.get("after")),
+                    change_text,
+                    interval,
                     (tolerance_words(dim, d) or "-") if dim != "p99" else "-",
-                    str(verdicts.get(dim) or block.get("verdict") or "-"),
+                    said,
                 ]
             )
         )
@@ -331,10 +406,10 @@ def cost_rows(decision):
             % (
                 w,
                 c.get("blocks", "-"),
-                c.get("wall_s", "-"),
-                c.get("measured_s", "-"),
+                number(c.get("wall_s")),
+                number(c.get("measured_s")),
                 "%d%%" % round(share * 100.0) if share is not None else "-",
-                c.get("startup_s_per_block") if c.get("startup_s_per_block") is not None else "-",
+                number(c.get("startup_s_per_block")),
             )
         )
     return rows
@@ -353,8 +428,6 @@ def details(decision, budget=None):
     lines = ["Verdict: %s" % verdict(d), ""]
     if d.get("mode"):
         lines += ["Trial: %s." % d["mode"], ""]
-    if d.get("reason"):
-        lines += ["Reason in full:", "", "> %s" % _cell(d["reason"]), ""]
     for later in d.get("seen_later") or []:
         if isinstance(later, dict):
             lines.append(
@@ -378,19 +451,31 @@ def details(decision, budget=None):
                 res.get("n_before", "-"),
                 res.get("n_after", "-"),
             )
-        lines += [head + ".", ""] + statistics_table(res) + [""]
+        share = _dict(_dict(d.get("cost")).get(w)).get("measured_share")
+        unresolvable = unresolvable_words(w, share)
+        lines += [head + ".", ""] + statistics_table(res, unresolvable) + [""]
+        if unresolvable:
+            lines += [
+                "Its intervals are %s: the blocks paid for the program's start-up, not its steps, so no"
+                " change of this layer shows on it." % unresolvable,
+                "",
+            ]
         unresolved = res.get("unresolved") or []
         if unresolved:
             lines += ["Not resolved: %s." % "; ".join(str(u) for u in unresolved), ""]
         if res.get("stall_ms") is not None:
             lines += [
-                "A stalled step is one slower than %s ms (the stall factor times the median)." % res["stall_ms"],
+                "A stalled step is one slower than %s (the stall factor times the median)." % ms(res["stall_ms"]),
                 "",
             ]
     words = confidence_words(d if d.get("confidence_per_look") is not None else next(iter(judged.values()), {}))
     if words:
         lines += [words, ""]
-    for w, why in sorted(_dict(d.get("futility")).items()):
+    early = dict(_dict(d.get("futility")))
+    for w, raw in per.items():
+        if _dict(raw).get("futility") and w not in early:
+            early[w] = _dict(raw)["futility"]
+    for w, why in sorted(early.items()):
         lines += ["Stopped early on %s: %s." % (w, _cell(why)), ""]
     if budget:
         lines += [budget, ""]
@@ -407,14 +492,16 @@ def details(decision, budget=None):
     lines += search_rows(d)
     if d.get("seconds") is not None:
         toggles = "" if d.get("toggles") is None else "; the layer was switched %s time(s)" % d["toggles"]
-        lines += ["Measuring took %s s%s." % (d["seconds"], toggles), ""]
+        lines += ["Measuring took %s s%s." % (number(d["seconds"]), toggles), ""]
+    if d.get("reason"):
+        lines += ["The gate's reason, as the JSON records it:", "", "> %s" % _cell(d["reason"]), ""]
     return lines
 
 
-def _noisy(value, half, fmt):
+def _noisy(value, half):
     if value is None:
         return "not measured"
-    return (fmt % value) + ((" ±" + fmt % half) if half is not None else "")
+    return number(value) + ((" ±" + number(half)) if half is not None else "")
 
 
 def search_rows(decision):
@@ -442,18 +529,19 @@ def search_rows(decision):
     ]
     for raw in rows:
         r = _dict(raw)
-        value = "%s (the host's own)" % r.get("value") if r.get("arm") == "host" else str(r.get("value"))
+        shown = "as found" if r.get("value") is None else r.get("value")
+        value = "%s (the host's own)" % shown if r.get("arm") == "host" else str(shown)
         outcome = str(r.get("status") or "-") + (": %s" % _cell(r["why"]) if r.get("why") else "")
         lines.append(
             "| %s | %s | %s | %s | %s | %s | %s | %s |"
             % (
                 _cell(value),
-                _noisy(r.get("throughput"), r.get("throughput_half"), "%.2f") if r.get("windows") else "-",
-                "%.3f" % r["p50_ms"] if r.get("p50_ms") is not None else "-",
-                "%.3f" % r["p99_ms"] if r.get("p99_ms") is not None else "-",
-                "%.2f%%" % (100.0 * r["stalls"]) if r.get("stalls") is not None else "-",
-                _noisy(r.get("j_per_step"), r.get("j_per_step_half"), "%.2f"),
-                _noisy(r.get("watts"), r.get("watts_half"), "%.0f"),
+                _noisy(r.get("throughput"), r.get("throughput_half")) if r.get("windows") else "-",
+                number(r.get("p50_ms")),
+                number(r.get("p99_ms")),
+                "%s%%" % number(100.0 * r["stalls"]) if r.get("stalls") is not None else "-",
+                _noisy(r.get("j_per_step"), r.get("j_per_step_half")),
+                _noisy(r.get("watts"), r.get("watts_half")),
                 outcome,
             )
         )

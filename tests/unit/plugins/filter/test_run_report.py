@@ -19,6 +19,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.stacktune.gpu.plugins.filter import run_report as filters
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.notation import ms
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "report")
 with open(os.path.join(FIXTURES, "cases.json")) as _handle:
@@ -171,12 +172,12 @@ with open(os.path.join(FIXTURES, "decisions.json")) as _handle:
 def test_verdict_is_one_short_line_with_the_noise():
     for name, decision in DECISIONS.items():
         line = filters.gate_verdict(decision)
-        assert "\n" not in line and len(line) < 260, name
+        assert "\n" not in line and len(line) < 300, name
         assert len(decision["reason"]) > 300 or name == "keep_improve"
     assert filters.gate_verdict(DECISIONS["rollback_tail"]) == (
         "rolled back: worse than allowed: tail (5%), stalled steps (0.5 points); throughput -5.3% ±6.4%, median step"
-        " +1.4% ±6.4%, tail +201.6% ±6.6%, stalled steps +2.0 points ±0.0; on train_step (also judged on"
-        " dataloader), 4 blocks per arm"
+        " +1.4% ±6.4%, tail +201.6% ±6.6%, stalled steps +2.0 points ±0.0; on train_step, 4 blocks per arm (also"
+        " judged on dataloader, 4 blocks per arm)"
     )
     assert filters.gate_verdict(DECISIONS["noreg_keep_2wl"]).startswith("keep: nothing measured worse; throughput")
     assert filters.gate_verdict(DECISIONS["improve_nothing"]).startswith("rolled back: no gain of the 2% asked for")
@@ -224,18 +225,18 @@ def test_details_keep_every_number():
     assert decision["reason"].replace("|", "/") in details
     for w in ("train_step", "dataloader"):
         tail = decision["workloads"][w]["tail"]
-        assert "%.4g ms" % tail["before"] in details and "%.4g ms" % tail["after"] in details
+        assert ms(tail["before"]) in details and ms(tail["after"]) in details
     assert "98.3% confidence intervals" in details and "3 looks" in details
     assert (
         "at most 8 blocks per arm (with the layer, and without it) on each of 2 workload(s), so at most 32" in details
     )
     # a value that was already live is not counted among what the rollback put back
-    assert "1 setting(s) put back (sysctl:a)" in text
-    assert "| sysctl:b | 5 | 5 | 5 | no live change (already set); persisted, put back |" in text
+    assert "1 setting(s) (sysctl:a) put back" in text
+    assert "| sysctl:b | 5 | 5 | 5 | already set live; its persisted line put back |" in text
     assert filters.outcome_lines([result], report="r.md")[0].startswith("kernel: ROLLED BACK (1 setting(s) put back)")
     decision = dict(decision, restored=["unit:/etc/sysctl.d/90.conf", "sysctl:a"])
     text = filters.report_markdown([dict(result, gate=decision)], "h", "r", {})
-    assert "2 setting(s) put back (unit:/etc/sysctl.d/90.conf, sysctl:a)" in text
+    assert "2 setting(s) (unit:/etc/sysctl.d/90.conf, sysctl:a) put back" in text
 
 
 def test_a_file_is_a_summary_and_a_diff():
@@ -271,7 +272,7 @@ def test_a_live_trial_is_read_as_windows_of_one_running_process():
               "settings": [], "pending_reboot": []}  # fmt: skip
     budget = {"min_blocks": 4, "max_blocks": 8, "max_seconds": 1800, "window_s": 3, "max_windows": 20}
     text = filters.report_markdown([result], "h", "r", {}, budget=budget)
-    head = text.split("| layer |", maxsplit=1)[0]
+    head = text.split("## Step times", maxsplit=1)[1].split("\n## ", 1)[0]
     assert "\n".join(filters.HOW_TO_READ_LIVE) in head
     assert "4 windows of one running process per arm" in text.split("## kernel", maxsplit=1)[0]
     details = text.split("### kernel: details")[1]
@@ -319,8 +320,8 @@ def test_a_layer_that_only_persisted_values_already_live_does_not_read_changed()
     assert line == "numa_irq: kept (nothing changed live, 8 setting(s) already set persisted), not measured"
     text = filters.report_markdown([numa], "h", "r", {})
     row = [x for x in text.splitlines() if x.startswith("| numa_irq |")][0]
-    assert row.split(" | ")[3] == "8 (8 only persisted)"
-    assert text.count("no live change (already set); persisted") == 8
+    assert row.split(" | ")[2] == "8 (8 only persisted)"
+    assert text.count("already set live; persisted") == 8
     mixed = dict(numa, settings=[_irq(0, "0-15")] + [_irq(n, "0-3") for n in range(1, 8)])
     assert "kept (1 setting(s) changed, 7 more already set persisted)" in filters.outcome_lines([mixed], report="r")[0]
     live = dict(numa, settings=[_irq(0, "0-15")])
@@ -362,7 +363,8 @@ def test_a_search_that_kept_the_hosts_value_is_not_called_a_rollback():
     assert line.startswith("gpu_settings: searched, the host's own value stays (nothing changed) - ")
     assert "ROLLED BACK" not in line
     put_back = dict(result, gate=dict(gate, restored=["nvml:gpu0:power_limit_w"]))
-    assert filters.outcome_lines([put_back], report="r.md")[0].startswith("gpu_settings: ROLLED BACK (1 setting(s)")
+    line = filters.outcome_lines([put_back], report="r.md")[0]
+    assert line.startswith("gpu_settings: searched, the host's own value stays (the candidates tried, 1 setting(s)")
 
 
 def test_a_kept_search_names_the_value_it_put_in_place():

@@ -111,12 +111,12 @@ def test_a_search_that_keeps_the_host_value_says_so_and_marks_no_candidate():
 
 
 def test_the_report_shows_the_search_figure_and_no_missing_latency_plot():
-    from ansible_collections.stacktune.gpu.plugins.filter import run_report
+    from ansible_collections.stacktune.gpu.plugins.module_utils.reporting import report
 
     plot = {"skipped": False, "panels": [], "searches": ["gpu_settings: %s" % VARIABLE]}
-    text = "\n".join(run_report._head("h", "r1", {"gpu_count": 0, "reason": "no GPU"}, False, {}, plot))
+    text = "\n".join(report.plot_lines("h", plot, False, []))
     assert "![throughput, p99 and energy per step against the candidate value](h-search.png)" in text
     assert "(h.png)" not in text
     plot["panels"] = ["kernel on train_step"]
-    text = "\n".join(run_report._head("h", "r1", {"gpu_count": 0, "reason": "no GPU"}, False, {}, plot))
+    text = "\n".join(report.plot_lines("h", plot, False, []))
     assert "(h.png)" in text and "(h-search.png)" in text

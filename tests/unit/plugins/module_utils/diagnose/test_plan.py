@@ -192,7 +192,7 @@ def test_a_diagnosis_that_cannot_be_made_is_refused_before_the_host_is_taken():
     assert diagnose_check(diagnose_target([], "command", None, {}, 0), 8, 5, 120) == ""
 
 
-def test_the_report_leads_with_the_diagnosis():
+def test_the_report_has_the_diagnosis_after_the_layers():
     d = recorded("h200_resnet18_loader.json")
     plan = layer_plan({"gpu_settings": ["gemm"]}, d, {"command": ["p"]}, "command")
     results = [
@@ -214,7 +214,7 @@ def test_the_report_leads_with_the_diagnosis():
     assert "| gpu_settings | cannot | no |" in text
     facts = {"gpu_count": 1, "gpus": [], "host": {}, "driver": {}, "findings": []}
     report = report_markdown(results, "h1", "run1", facts, diagnosis=d)
-    assert report.index("## Diagnosis") < report.index("| layer | policy |")
+    assert report.index("| layer | outcome |") < report.index("## Diagnosis")
     assert "## Diagnosis" not in report_markdown(results, "h1", "run1", facts)
     assert markdown({"none": "not set"}, []) == ["## Diagnosis", "", "Not diagnosed: not set", ""]
     unchanged = [dict(results[0], changed=False)]

@@ -145,9 +145,9 @@ def test_cpu_recordings_get_their_verdict_with_the_contention_caveat(name, verdi
     assert any("the host has no idle core" in w or "takes cores from the program" in w for w in d["moves"]["outside"])
 
 
-def test_the_report_puts_the_layer_table_under_its_own_heading_after_the_diagnosis():
-    """The diagnosis leads the report; the layer table follows under ``## Layers``, not inside the
-    diagnosis' section (a reader, or a test, looking for the table by its section finds it)."""
+def test_the_report_leads_with_the_layer_table_under_its_own_heading_then_the_diagnosis():
+    """The answer first: the layer table under ``## Layers`` right after the title, then the
+    diagnosis in its own section (a reader, or a test, looking for either by its section finds it)."""
     from ansible_collections.stacktune.gpu.plugins.filter.run_report import report_markdown
 
     d = recorded("h200_transformer.json")
@@ -155,7 +155,7 @@ def test_the_report_puts_the_layer_table_under_its_own_heading_after_the_diagnos
     text = report_markdown([result], host="h200", run_id="r1", facts={}, diagnosis=d)
     sections = text.split("\n## ")
     names = [s.splitlines()[0] for s in sections[1:]]
-    assert names[:2] == ["Diagnosis", "Layers"], names
-    assert "| layer | policy |" not in sections[1]
-    assert sections[2].splitlines()[2].startswith("| layer | policy | outcome")
-    assert "| gpu_settings | - | **nothing to change** |" in sections[2]
+    assert names[:2] == ["Layers", "Diagnosis"], names
+    assert "| layer |" not in sections[2]
+    assert sections[1].splitlines()[2].startswith("| layer | outcome | settings changed")
+    assert "| gpu_settings | **nothing to change** | 0 | 0 | - |" in sections[1]

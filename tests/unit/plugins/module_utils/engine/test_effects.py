@@ -10,7 +10,7 @@ import pytest
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.engine import Engine
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.journal import open_journal
 from ansible_collections.stacktune.gpu.plugins.module_utils.engine.kinds.base import Context, SpecError
-from ansible_collections.stacktune.gpu.plugins.module_utils.gate.trial import changes_seen_later, unseen_reason
+from ansible_collections.stacktune.gpu.plugins.module_utils.gate.wording import changes_seen_later, unseen_reason
 
 MEMLOCK = "* soft memlock unlimited\n* hard memlock unlimited\n"
 LIMITS = {"kind": "file", "key": "/etc/security/limits.d/60-stacktune-memlock.conf", "value": MEMLOCK}

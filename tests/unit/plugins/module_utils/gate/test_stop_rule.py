@@ -136,6 +136,26 @@ def test_a_gain_the_budget_could_not_show_names_the_preset_that_would():
     assert hint["preset"] == "small_changes" and "{preset: small_changes}" in hint["words"]
     assert budget_hint(dict(result, decision="keep"), "improve", gate) is None
     assert budget_hint(result, "improve", live_gate(check_settings({}, {"preset": "small_changes"}))) is None
+    assert "the median step 5.6% shorter" in hint["words"] and "throughput 3.2% higher" in hint["words"]
+    assert "at most 5 minutes" in hint["words"]
+
+
+def test_a_gain_too_noisy_for_the_preset_is_said_so_not_sent_to_it():
+    """shm_pingpong on a 2-core VM: the median leans 15% shorter, but at 4+4 blocks its noise
+    (±74.5%) needs thousands of blocks per arm; the preset's 16 would not show it."""
+    gate = check_settings({}, {})
+    result = {
+        "decision": "rollback",
+        "resolved": False,
+        "blocks": {"with": 4, "without": 4},
+        "p50": {"ratio": 0.846, "verdict": "unknown", "resolution": 0.745, "tolerance": 0.02},
+    }
+    hint = budget_hint(result, "improve", gate)
+    assert hint["preset"] is None
+    assert "beyond even stacktune_gate_budget: {preset: small_changes} (16 blocks per arm)" in hint["words"]
+    assert "about 5551 blocks per arm would be needed" in hint["words"]
+    quiet = dict(result, p50=dict(result["p50"], resolution=0.03))
+    assert budget_hint(quiet, "improve", gate)["preset"] == "small_changes"
 
 
 @pytest.mark.parametrize(
