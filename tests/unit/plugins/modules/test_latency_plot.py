@@ -49,9 +49,9 @@ def test_one_panel_per_layer_and_workload_in_the_order_judged():
 
 def test_caption_is_the_verdict_and_the_workloads_own_decision():
     rec = records()[0]
-    text = latency_plot.caption(rec, "train_step")  # the primary workload: the layer's verdict
-    assert text.startswith("rolled back: worse than allowed: tail (5%)")
-    assert "tail +201.6%" in text and text.endswith("| on train_step alone: rollback")
+    text = latency_plot.caption(rec, "train_step")  # the primary workload: worded as every other
+    assert text.startswith("on train_step alone: rolled back: worse than allowed: tail (5%)")
+    assert "tail +201.6%" in text and text.endswith("| the layer: rolled back (on train_step, dataloader)")
     other = latency_plot.caption(rec, "dataloader")
     assert other.startswith("on dataloader alone: rolled back: worse than allowed: tail (5%)")
     assert "tail +196.6%" in other and "+201.6%" not in other
@@ -90,6 +90,16 @@ def test_a_second_workloads_caption_has_its_own_numbers():
     assert "throughput -1.3% ±4.3%" in first and "throughput -1.3%" not in second
     assert second.startswith("on train_step alone: keep: nothing measured worse; throughput +4.1% ±10.5%")
     assert second.endswith("| the layer: keep (on gemm, train_step)")
+
+
+def test_a_caption_never_splits_a_value_from_its_noise():
+    text = (
+        "keep: throughput +15.3% ±17.2%, median step -15.8% ±34.6%, tail -14.0% ±39.3%, stalled steps -4.0 points ±3.4"
+    )
+    for width in range(20, 60):
+        lines = latency_plot.wrapped(text, width).splitlines()
+        assert not [line for line in lines if line.startswith("±")], (width, lines)
+        assert " ".join(lines) == text
 
 
 def _overlaps(boxes):
