@@ -23,6 +23,7 @@ import time
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.common.process import private_program, start_in_session
 from ansible_collections.stacktune.gpu.plugins.module_utils.diagnose import snapshot
+from ansible_collections.stacktune.gpu.plugins.module_utils.reporting.notation import number
 from ansible_collections.stacktune.gpu.plugins.module_utils.diagnose.advice import what_moves
 from ansible_collections.stacktune.gpu.plugins.module_utils.diagnose.profile import derive
 from ansible_collections.stacktune.gpu.plugins.module_utils.diagnose.verdict import decide
@@ -316,7 +317,7 @@ def one_line(diagnosis):
     steps = (diagnosis.get("profile") or {}).get("steps") or {}
     line = "diagnosis: %s" % diagnosis["title"]
     if steps.get("count"):
-        line += " (step p50 %s ms, p99 %s ms)" % (steps.get("p50_ms"), steps.get("p99_ms"))
+        line += " (step p50 %s ms, p99 %s ms)" % (number(steps.get("p50_ms")), number(steps.get("p99_ms")))
     if evidence:
         line += ": " + "; ".join(evidence)
     return line
