@@ -24,12 +24,26 @@ description:
   - Selected by the repository's C(ansible.cfg); C(ANSIBLE_STDOUT_CALLBACK=default) brings
     back Ansible's default output. Works unchanged in AWX/AAP job output.
   - With C(-v) or more, every task is printed as the default callback prints it.
+  - "A play over more hosts than O(fleet_hosts) prints no host's messages or changes as they
+    come (each host's report keeps them): its failures, one line per host, then at the end one
+    summary: hosts per outcome, per layer how many hosts kept it, rolled it back or had nothing to
+    change, and the failed hosts with the first line of their reason."
   - "On SIGINT (Ctrl-C, an AWX cancel), SIGTERM (a timeout, a scheduler) or SIGHUP it passes
     the signal to Ansible's workers, waits (two minutes at most) for the gate to put the layer
     it measures back to its snapshot and free the host, prints per host what it was left in
     and the one command that undoes the rest, and then stops as Ansible does."
 requirements:
   - Set as the stdout callback (C(stdout_callback = stacktune.gpu.stacktune) in ansible.cfg).
+options:
+  fleet_hosts:
+    description: A play over more hosts than this prints a fleet summary instead of every host's lines.
+    type: int
+    default: 8
+    ini:
+      - section: stacktune
+        key: fleet_hosts
+    env:
+      - name: STACKTUNE_FLEET_HOSTS
 extends_documentation_fragment:
   - default_callback
 """
@@ -63,6 +77,8 @@ class CallbackModule(DefaultCallback):
         self._started = time.time()
         self._taken = set()  # hosts this run holds (run_lock took them and has not given them back)
         self._last_task_name = None
+        self._fleet = False  # the play is over more hosts than fleet_hosts: a summary at the end
+        self._failed = {}  # host: the first line of why it failed (fleet mode)
 
     # ------------------------------------------------------------------ helpers
     def _verbose(self):
@@ -88,6 +104,20 @@ class CallbackModule(DefaultCallback):
         if msg is None:
             return []
         return [str(msg)]
+
+    def _fleet_hosts(self):
+        try:
+            return int(self.get_option("fleet_hosts"))
+        except (KeyError, TypeError, ValueError):
+            return 8
+
+    @staticmethod
+    def _play_hosts(play):
+        """How many hosts the play runs on (0 when the inventory cannot say)."""
+        try:
+            return len(play.get_variable_manager()._inventory.get_hosts(play.hosts))
+        except Exception:  # pylint: disable=broad-exception-caught  # a count only decides the output's form
+            return 0
 
     # ------------------------------------------------------------------ plays and tasks
     def v2_playbook_on_start(self, playbook):
@@ -116,7 +146,12 @@ class CallbackModule(DefaultCallback):
             return
         name = play.get_name().strip()
         self._play = play
-        self._say("PLAY %s" % name, color="bright blue")
+        hosts = self._play_hosts(play)
+        self._fleet = hosts > self._fleet_hosts()
+        self._say(
+            "PLAY %s%s" % (name, " (%d hosts: a summary at the end)" % hosts if self._fleet else ""),
+            color="bright blue",
+        )
 
     def v2_playbook_on_task_start(self, task, is_conditional):
         self._last_task_name = task.get_name().strip()
@@ -179,6 +214,9 @@ class CallbackModule(DefaultCallback):
         res = _get(result, "result")
         host = _get(result, "host").get_name()
         self._handle(result)
+        if self._fleet:
+            self._quiet_counts["ok"] += 1  # each host's report keeps its messages and changes
+            return
         if task.action in ("debug", "ansible.builtin.debug", "ansible.legacy.debug"):
             items = [r for r in res.get("results") or [] if isinstance(r, dict) and not r.get("skipped")]
             var = (task.args or {}).get("var")
@@ -275,6 +313,12 @@ class CallbackModule(DefaultCallback):
         msg = res.get("msg") or res.get("stderr") or res.get("module_stderr") or "see -v for details"
         if res.get("results") and not res.get("msg"):
             msg = "; ".join(str(r.get("msg")) for r in res["results"] if isinstance(r, dict) and r.get("failed"))
+        if self._fleet:
+            if not ignore_errors:
+                first = (str(msg).strip().splitlines() or [""])[0]
+                self._failed[host] = first if len(first) <= 300 else first[:297] + "..."
+                self._say("FAILED: %s" % self._failed[host], color="red", host=host)
+            return
         self._say("%s: %s\n%s" % (label, self._task_name(result), msg), color="red", host=host)
 
     def v2_runner_on_unreachable(self, result):
@@ -283,6 +327,7 @@ class CallbackModule(DefaultCallback):
             return
         res = _get(result, "result")
         host = _get(result, "host").get_name()
+        self._failed[host] = "unreachable: %s" % (str(res.get("msg", "")).strip().splitlines() or [""])[0]
         self._say("UNREACHABLE: %s" % res.get("msg", ""), color="red", host=host)
 
     def v2_runner_retry(self, result):
@@ -297,9 +342,51 @@ class CallbackModule(DefaultCallback):
         )
 
     # ------------------------------------------------------------------ end of run
+    def _fleet_summary(self, stats, outcomes):
+        """The end of a fleet's run: hosts per outcome, per layer the decisions, the failed hosts."""
+        hosts = sorted(stats.processed.keys())
+        tally = {"failed": 0, "unreachable": 0, "changed": 0, "ok": 0}
+        for host in hosts:
+            s = stats.summarize(host)
+            key = (
+                "unreachable"
+                if s["unreachable"]
+                else "failed"
+                if s["failures"]
+                else "changed"
+                if s["changed"]
+                else "ok"
+            )
+            tally[key] += 1
+        self._say(
+            "FLEET SUMMARY: %d host(s): %s" % (len(hosts), ", ".join("%d %s" % (n, k) for k, n in tally.items() if n)),
+            color="bright blue",
+        )
+        layers = {}
+        for decisions in outcomes.values():
+            for layer, decision in (decisions or {}).items():
+                counts = layers.setdefault(layer, {})
+                counts[decision] = counts.get(decision, 0) + 1
+        words = {"keep": "kept", "rollback": "rolled back", "none": "nothing to change"}
+        for layer, counts in layers.items():
+            self._display.display(
+                "  %s: %s"
+                % (
+                    layer,
+                    ", ".join(
+                        "%s on %d" % (words.get(d, d), n) for d, n in sorted(counts.items(), key=lambda x: -x[1])
+                    ),
+                )
+            )
+        for host in sorted(self._failed):
+            self._display.display("  failed: %s: %s" % (host, self._failed[host]), color="red")
+
     def v2_playbook_on_stats(self, stats):
         self._display.display("")
         elapsed = time.time() - self._started
+        custom = getattr(stats, "custom", {}) or {}
+        if self._fleet and not self._verbose():
+            self._fleet_summary(stats, (custom.get("_run") or {}).get("stacktune_outcomes") or {})
         self._say("RECAP (%d s)" % elapsed, color="bright blue")
         for host in sorted(stats.processed.keys()):
             s = stats.summarize(host)
@@ -319,7 +406,6 @@ class CallbackModule(DefaultCallback):
                 ),
                 color=color,
             )
-        custom = getattr(stats, "custom", {}) or {}
         reports, nexts = [], []
         for host, data in sorted(custom.items()):
             if not isinstance(data, dict):
@@ -329,7 +415,14 @@ class CallbackModule(DefaultCallback):
             for line in data.get("stacktune_next") or []:
                 if line not in nexts:
                     nexts.append(str(line))
-        if reports:
+        if reports and self._fleet and not self._verbose() and len(reports) > 1:
+            # one line: every host's report lies in the same run directory
+            self._display.display("  reports:")
+            self._display.display("    %s" % reports[0])
+            self._display.display(
+                "    ... and %d more host(s), each its <host>.md, .html and .json beside it" % (len(reports) - 1)
+            )
+        elif reports:
             self._display.display("  reports:")
             for line in reports:
                 self._display.display("    " + line)

@@ -140,3 +140,44 @@ def test_the_hosts_a_run_holds_are_tracked_for_a_signal_between_measurements(cal
     give = task("Give the host back", "stacktune.gpu.run_lock")
     callback.v2_runner_on_ok(result(host, give, {"holder": None}))
     assert callback._taken == set()
+
+
+def test_a_fleet_run_prints_failures_then_one_summary_not_every_hosts_lines(callback):
+    """A play over more hosts than fleet_hosts: no host's messages or changes as they come, a
+    failure in one line, and at the end hosts per outcome, per layer the decisions (from the
+    stacktune_outcomes the role publishes) and the failed hosts with their reason."""
+    callback._fleet = True
+    hosts = [Host("gpu%02d" % i) for i in range(1, 13)]
+    said = task("Show the outcome per layer", "ansible.builtin.debug")
+    applied = task("Apply kernel settings", "stacktune.gpu.host_settings")
+    stop = task("Stop with the reason", "ansible.builtin.fail")
+    stats = AggregateStats()
+    outcomes = {}
+    for i, host in enumerate(hosts):
+        callback.v2_runner_on_ok(result(host, applied, {"changed": True}))
+        callback.v2_runner_on_ok(result(host, said, {"msg": ["kernel: kept - keep: faster"]}))
+        stats.increment("ok", host.name)
+        if i == 3:
+            callback.v2_runner_on_failed(
+                result(host, stop, {"failed": True, "msg": "Tuning failed on gpu04 at 'Apply': disk full\nmore"})
+            )
+            stats.increment("failures", host.name)
+            continue
+        stats.increment("changed", host.name)
+        outcomes[host.name] = {"kernel": "keep" if i % 4 else "rollback", "bios": "none"}
+    stats.set_custom_stats("stacktune_outcomes", outcomes)
+    stats.set_custom_stats(
+        "stacktune_reports", ["%s: reports/r1/%s.md (and .html, .json)" % (h.name, h.name) for h in hosts]
+    )
+    assert [line for line in callback.lines if "FAILED" in line] == [
+        [line for line in callback.lines if "gpu04 | FAILED: Tuning failed on gpu04 at 'Apply': disk full" in line][0]
+    ]
+    assert not [line for line in callback.lines if "kept - keep" in line or "changed:" in line]
+    callback.v2_playbook_on_stats(stats)
+    out = "\n".join(callback.lines)
+    assert re.search(r"FLEET SUMMARY: 12 host\(s\): 1 failed, 11 changed$", out, re.M)
+    assert "  kernel: kept on 8, rolled back on 3" in out
+    assert "  bios: nothing to change on 11" in out
+    assert "  failed: gpu04: Tuning failed on gpu04 at 'Apply': disk full" in out
+    assert "    ... and 11 more host(s), each its <host>.md, .html and .json beside it" in out
+    assert out.count("reports/r1/") == 1
