@@ -24,7 +24,8 @@ description:
   - Selected by the repository's C(ansible.cfg); C(ANSIBLE_STDOUT_CALLBACK=default) brings
     back Ansible's default output. Works unchanged in AWX/AAP job output.
   - With C(-v) or more, every task is printed as the default callback prints it.
-  - "A play over more hosts than O(fleet_hosts) prints no host's messages or changes as they
+  - "A play that asks for it (the tune play's C(stacktune_fleet_summary)) over more hosts than
+    O(fleet_hosts) prints no host's messages or changes as they
     come (each host's report keeps them): its failures, one line per host, then at the end one
     summary: hosts per outcome, per layer how many hosts kept it, rolled it back or had nothing to
     change, and the failed hosts with the first line of their reason."
@@ -115,7 +116,8 @@ class CallbackModule(DefaultCallback):
     def _play_hosts(play):
         """How many hosts the play runs on (0 when the inventory cannot say)."""
         try:
-            return len(play.get_variable_manager()._inventory.get_hosts(play.hosts))
+            # all the play's hosts, not the serial batch the inventory is restricted to now
+            return len(play.get_variable_manager()._inventory.get_hosts(play.hosts, ignore_restrictions=True))
         except Exception:  # pylint: disable=broad-exception-caught  # a count only decides the output's form
             return 0
 
@@ -147,7 +149,9 @@ class CallbackModule(DefaultCallback):
         name = play.get_name().strip()
         self._play = play
         hosts = self._play_hosts(play)
-        self._fleet = hosts > self._fleet_hosts()
+        self._fleet = (
+            hosts > self._fleet_hosts() and (getattr(play, "vars", None) or {}).get("stacktune_fleet_summary") is True
+        )
         self._say(
             "PLAY %s%s" % (name, " (%d hosts: a summary at the end)" % hosts if self._fleet else ""),
             color="bright blue",
@@ -344,7 +348,8 @@ class CallbackModule(DefaultCallback):
     # ------------------------------------------------------------------ end of run
     def _fleet_summary(self, stats, outcomes):
         """The end of a fleet's run: hosts per outcome, per layer the decisions, the failed hosts."""
-        hosts = sorted(stats.processed.keys())
+        # the hosts the tune ran on: those with outcomes, and those that failed before they had any
+        hosts = sorted(set(outcomes) | set(self._failed))
         tally = {"failed": 0, "unreachable": 0, "changed": 0, "ok": 0}
         for host in hosts:
             s = stats.summarize(host)

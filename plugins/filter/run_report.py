@@ -83,6 +83,15 @@ def outcome_lines(results, check_mode=False, gate=True, report=None, next_steps=
         raise AnsibleFilterError(str(exc)) from exc
 
 
+def outcome_words(results, check_mode=False):
+    """``{layer: outcome}``: the outcome column of the report's layers table, by layer name."""
+    try:
+        results = rendering.check_results(plain(results), "outcome_words")
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+    return {str(r["layer"]): rendering.outcome_word(r, bool(check_mode)) for r in results}
+
+
 def report_markdown(
     results, host, run_id, facts, check_mode=False, acceptance=None, plot=None, budget=None, lease=None, diagnosis=None
 ):
@@ -132,6 +141,7 @@ class FilterModule:
         return {
             "plan_lines": plan_lines,
             "outcome_lines": outcome_lines,
+            "outcome_words": outcome_words,
             "next_commands": next_commands,
             "report_markdown": report_markdown,
             "report_html": report_html,

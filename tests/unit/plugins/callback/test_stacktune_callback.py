@@ -164,7 +164,7 @@ def test_a_fleet_run_prints_failures_then_one_summary_not_every_hosts_lines(call
             stats.increment("failures", host.name)
             continue
         stats.increment("changed", host.name)
-        outcomes[host.name] = {"kernel": "keep" if i % 4 else "rollback", "bios": "none"}
+        outcomes[host.name] = {"kernel": "kept" if i % 4 else "rolled back", "bios": "nothing to change"}
     stats.set_custom_stats("stacktune_outcomes", outcomes)
     stats.set_custom_stats(
         "stacktune_reports", ["%s: reports/r1/%s.md (and .html, .json)" % (h.name, h.name) for h in hosts]

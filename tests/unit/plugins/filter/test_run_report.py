@@ -30,6 +30,7 @@ def test_registered():
     assert set(filters.FilterModule().filters()) == {
         "plan_lines",
         "outcome_lines",
+        "outcome_words",
         "next_commands",
         "report_markdown",
         "report_html",
@@ -394,3 +395,14 @@ def test_the_html_report_embeds_its_plots_and_stands_alone(tmp_path):
     assert '<img src="data:image/png;base64,iVBORw0KGgo' in page and 'src="h1.png"' not in page
     assert 'src="h1-search.png"' in page  # a plot not written stays a name
     assert 'src="h1.png"' in report_html(text)  # without the folder, as before
+
+
+def test_outcome_words_are_the_tables_outcome_column_by_layer():
+    results = CASES[3]["results"]
+    words = filters.outcome_words(results)
+    text = filters.report_markdown(results, "h", "r", {})
+    for layer, word in words.items():
+        assert [line for line in text.splitlines() if line.startswith("| %s | **%s** |" % (layer, word))], layer
+    assert set(filters.outcome_words(results, True).values()) <= {"would change", "nothing to change"}
+    with pytest.raises(AnsibleFilterError, match="outcome_words expects stacktune_results"):
+        filters.outcome_words({"layer": "x"})

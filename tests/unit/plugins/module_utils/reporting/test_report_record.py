@@ -99,7 +99,8 @@ def test_the_counts_are_the_records(path):
         if r.get("decision") == "rollback" and not record.get("check_mode") and report.restored_ids(r):
             values, files = report.put_back(r)
             words = re.search(
-                r"(?:The gate rolled this layer back:|The search kept the host's own value: the candidates tried,) (.*?); `now`",
+                r"(?:The gate rolled this layer back:|The search kept the host's own value: the candidates tried,)"
+                r" (.*?); `now`",
                 _section(text, r["layer"]),
             ).group(1)
             said_values = re.search(r"(\d+) setting\(s\)", words)
