@@ -43,37 +43,6 @@ def parse_str(text):
     return value or None
 
 
-def parse_cpulist(text):
-    """Kernel cpulist ("0-3,8-11", "0-15:2") -> sorted list of CPU numbers; None when unparsable."""
-    if text is None:
-        return None
-    value = text.strip()
-    if not value:
-        return []
-    cpus = set()
-    for chunk in value.split(","):
-        part = chunk.strip()
-        if not part:
-            continue
-        stride = 1
-        if ":" in part:
-            part, stride_text = part.split(":", 1)
-            try:
-                stride = int(stride_text.split("/", 1)[0])
-            except ValueError:
-                return None
-        bounds = part.split("-", 1)
-        try:
-            lo = int(bounds[0])
-            hi = int(bounds[1]) if len(bounds) == 2 else lo
-        except ValueError:
-            return None
-        if hi < lo or stride < 1:
-            return None
-        cpus.update(range(lo, hi + 1, stride))
-    return sorted(cpus)
-
-
 def parse_pcie_gen(text):
     """PCIe generation from a sysfs link speed ("32.0 GT/s PCIe" -> 5), None when unknown."""
     if text is None:

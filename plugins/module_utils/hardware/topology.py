@@ -28,6 +28,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.constants i
     version_order,
     version_text,
 )
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.cpulist import parse_cpulist
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.parsers import (
     decode_clocks_event_reasons,
     format_cuda_version,
@@ -35,7 +36,6 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.parsers imp
     normalize_bus_id,
     parse_bracketed,
     parse_cpuinfo,
-    parse_cpulist,
     parse_driver_version,
     parse_int,
     parse_iommu_cmdline,
@@ -115,6 +115,16 @@ class ReplayReader:
         return self.realpaths.get(path)
 
 
+def _sysfs_cpus(text):
+    """A CPU list read from sysfs, or None when the file is missing or not a CPU list."""
+    if text is None:
+        return None
+    try:
+        return parse_cpulist(text)
+    except ValueError:
+        return None
+
+
 def _watts(milliwatts):
     return round(milliwatts / 1000.0, 3) if milliwatts is not None else None
 
@@ -137,7 +147,7 @@ def _host(fs):
         os_release = fs.read("/usr/lib/os-release")
     dmi = "/sys/class/dmi/id/"
     cmdline = parse_str(fs.read("/proc/cmdline"))
-    online = parse_cpulist(fs.read("/sys/devices/system/cpu/online"))
+    online = _sysfs_cpus(fs.read("/sys/devices/system/cpu/online"))
     return {
         "kernel_release": parse_str(fs.read("/proc/sys/kernel/osrelease")),
         "os": parse_os_release(os_release),
@@ -188,7 +198,7 @@ def _numa_nodes(fs):
             {
                 "node": int(name[4:]),
                 "cpulist": cpulist,
-                "cpus": parse_cpulist(cpulist) or [],
+                "cpus": _sysfs_cpus(cpulist) or [],
                 "mem_total_kib": parse_node_meminfo_total_kib(fs.read(base + "/meminfo")),
             }
         )
@@ -227,7 +237,7 @@ def _gpu(fs, dev, numa_nodes=()):
     sys_numa = parse_int(attr("numa_node"))
     nvml_numa = dev.get("numa_node")
     local_cpulist = parse_str(attr("local_cpulist"))
-    local_cpus = parse_cpulist(local_cpulist) or []
+    local_cpus = _sysfs_cpus(local_cpulist) or []
     # The PCI device's node (the CPUs local to it) comes first; NVML's answer fills in
     # when sysfs has none (-1 on single-node hosts and in many virtual machines), then the
     # one node that holds all of the device's local CPUs.

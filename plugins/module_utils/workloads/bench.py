@@ -18,6 +18,7 @@ import signal
 
 from ansible_collections.stacktune.gpu.plugins.module_utils.common.stats import summarize
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.constants import SLOWDOWN_REASONS
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.cpulist import parse_cpulist
 from ansible_collections.stacktune.gpu.plugins.module_utils.workloads.host.registry import (
     CPU_WORKLOADS,
     DATA_DIR_WORKLOADS,
@@ -257,28 +258,12 @@ def tail(text, lines=20, chars=4000):
 
 
 def parse_cpu_list(text):
-    """Parse a CPU list such as ``0-7,16,18-19`` into a sorted list of CPU numbers."""
-    cpus = set()
-    text = str(text).strip()
-    if not text:
+    """The CPUs a block is pinned to (``0-7,16``): the kernel's CPU list (hardware/cpulist.py),
+    which must name at least one CPU."""
+    cpus = parse_cpulist(text)
+    if not cpus:
         raise ValueError("empty CPU list")
-    for raw in text.split(","):
-        part = raw.strip()
-        if not part:
-            raise ValueError("empty element in CPU list %r" % text)
-        if "-" in part:
-            lo, _sep, hi = part.partition("-")
-            if not (lo.strip().isdigit() and hi.strip().isdigit()):
-                raise ValueError("bad range %r in CPU list %r" % (part, text))
-            lo, hi = int(lo), int(hi)
-            if lo > hi:
-                raise ValueError("range %r in CPU list %r runs backwards" % (part, text))
-            cpus.update(range(lo, hi + 1))
-        elif part.isdigit():
-            cpus.add(int(part))
-        else:
-            raise ValueError("bad element %r in CPU list %r" % (part, text))
-    return sorted(cpus)
+    return cpus
 
 
 class BenchFailure(Exception):

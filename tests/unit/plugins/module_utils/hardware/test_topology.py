@@ -25,6 +25,7 @@ from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import cons
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import parsers as topo_parsers
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import topology as topo
 from ansible_collections.stacktune.gpu.plugins.module_utils.hardware import topology_table as topo_topology_table
+from ansible_collections.stacktune.gpu.plugins.module_utils.hardware.cpulist import parse_cpulist
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "topology")
 
@@ -231,17 +232,24 @@ def finding_ids(facts):
         ("5", [5]),
         ("0-1", [0, 1]),
         ("0-47,96-143", list(range(48)) + list(range(96, 144))),
-        ("0-7:2", [0, 2, 4, 6]),
-        ("0-11:2/4", [0, 2, 4, 6, 8, 10]),
+        ("0-11:2/4", [0, 1, 4, 5, 8, 9]),  # the kernel's U/G: 2 of every 4
+        ("0-1023:2/256", [0, 1, 256, 257, 512, 513, 768, 769]),
         ("", []),
         ("\n", []),
         ("3-1", None),
         ("a-b", None),
+        ("0-7:2", None),  # the kernel reads no stride without a group size
+        ("0-7:3/2", None),
         (None, None),
     ],
 )
-def test_parse_cpulist(text, expected):
-    assert topo_parsers.parse_cpulist(text) == expected
+def test_sysfs_cpu_lists_have_the_one_parser(text, expected):
+    """hardware/cpulist.py parses every CPU list (ValueError when malformed); topology reads an
+    unreadable sysfs list as none."""
+    assert topo._sysfs_cpus(text) == expected
+    if expected is None and text is not None:
+        with pytest.raises(ValueError, match="malformed CPU list"):
+            parse_cpulist(text)
 
 
 @pytest.mark.parametrize(
