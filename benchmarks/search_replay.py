@@ -168,6 +168,20 @@ def main():
     )
     if dirty:
         case("vm.dirty_ratio 10 vs 40 (host 40)", "host's value in >= 95%", dirty, 40, [10], n, s, lambda c: c == 40)
+    # the layer's policy no_regression (a layer the diagnosis says cannot move the program): the
+    # choice against the host's own value is still judged under improve
+    for host, other in (("never", "always"), ("always", "never")):
+        case(
+            "THP %s vs %s (host %s), layer policy no_regression" % (other, host, host),
+            "host's value in >= 95%",
+            thp,
+            host,
+            [other],
+            n,
+            s,
+            lambda c, want=host: c == want,
+            policy="no_regression",
+        )
 
 
 if __name__ == "__main__":

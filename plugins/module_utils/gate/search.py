@@ -11,8 +11,10 @@ every arm still in the search once, in an order drawn at random per round. After
 ``min_rounds`` rounds the arms shown worse than the best are dropped as the search goes; it
 stops when the best is resolved against every arm left (shown better, or within the
 tolerance), or at ``max_rounds`` / ``max_seconds``. Then the chosen value against the host's
-own value is judged as every change is (``blocks.judge_blocks`` under the layer's policy): a
-search never keeps what the gate would not.
+own value is judged as every change is (``blocks.judge_blocks``), under ``improve`` whatever the
+layer's policy: a value other than the host's own is taken only for a gain shown (a candidate
+that is merely harmless gives no reason to change the host), and a search never keeps what the
+gate would not.
 
 Objectives: ``throughput`` (the most throughput whose tail and stalls stay within tolerance of
 the host's) and ``efficiency`` (the least energy per step whose throughput is within
@@ -224,7 +226,7 @@ class Search:
         return judge_blocks(
             {"blocks": [w["samples_ms"] for w in self.win[HOST]], "at": [w["at"] for w in self.win[HOST]]},
             {"blocks": [w["samples_ms"] for w in self.win[arm]], "at": [w["at"] for w in self.win[arm]]},
-            policy=self.policy,
+            policy="improve",  # the layer's policy (self.policy) is recorded; a new value needs a gain
             final=final,
             looks=self.looks,
             **settings,
