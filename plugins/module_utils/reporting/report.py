@@ -146,7 +146,6 @@ HOW_TO_READ_LIVE = [
     "workload ran throughout, the layer was switched on and off between windows of its steps, and",
     "each window counts as a block above (docs/gate.md, Live trials).",
 ]
-OUTCOMES = {"keep": "kept", "rollback": "rolled back", "inconclusive": "inconclusive"}
 
 
 def _text(value):
